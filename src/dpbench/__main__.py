@@ -1,0 +1,3 @@
+from dpbench.cli import main
+
+main()

@@ -1,0 +1,44 @@
+"""`dpbench …`: the command line; each area contributes one sub-command group."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="dpbench",
+    help="Where SGLang's PrefillDelayer negotiation sits, and what it does to DP-attention serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# (sub-command, module holding a `typer.Typer` named `app`)
+_GROUPS: list[tuple[str, str]] = [
+    ("env", "dpbench.envs.cli"),
+    ("releases", "dpbench.releases_cli"),
+    ("placement", "dpbench.placement.cli"),
+    ("workload", "dpbench.workload.cli"),
+    ("twin", "dpbench.twin.cli"),
+    ("kernels", "dpbench.kernels.cli"),
+    ("server", "dpbench.server.cli"),
+    ("dashboard", "dpbench.dashboard.cli"),
+]
+
+for _name, _module in _GROUPS:
+    try:
+        _sub = importlib.import_module(_module).app
+    except ModuleNotFoundError as exc:  # an area not built yet must not break the others
+        if exc.name is None or not _module.startswith(exc.name):
+            raise
+        continue
+    app.add_typer(_sub, name=_name)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Build, reuse and run code inside per-release SGLang environments."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpbench.atomic import write_json
+from dpbench.envs.pins import TORCH_PAIR, cpu_requirements
+from dpbench.paths import cache_dir, project_root
+
+# Bump when what an environment holds changes, so stale environments are rebuilt.
+ENV_LAYOUT_VERSION = 3
+
+
+class EnvError(RuntimeError):
+    """A release environment could not be built or used."""
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive inter-process lock (parallel asv environments, parallel tests)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _pip(python: str | Path, *args: str, quiet: bool = True) -> None:
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
+    if quiet:
+        cmd.append("-q")
+    cmd += list(args)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EnvError(
+            f"pip failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+
+
+def wheel_path(version: str) -> Path:
+    """The SGLang release wheel, downloaded once into .cache/wheels (PyPI, no dependencies)."""
+    wheels = cache_dir() / "wheels"
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if found:
+        return found[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    with _locked(wheels / f".sglang-{version}.lock"):
+        found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+        if found:
+            return found[0]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "-q", "-d", str(wheels), f"sglang=={version}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise EnvError(
+                f"could not download the sglang=={version} wheel from the package index "
+                f"(`pip index versions sglang` lists the releases):\n{proc.stderr[-2000:]}"
+            )
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        raise EnvError(f"pip reported success but no sglang-{version} wheel is in {wheels}")
+    return found[0]
+
+
+def torch_base() -> Path:
+    """One shared install of the torch/torchvision pair (pip --target), linked into every env."""
+    tag = "-".join(r.replace("==", "") for r in TORCH_PAIR)
+    base = cache_dir() / f"torch-base-{tag}"
+    done = base / ".complete"
+    if done.exists():
+        return base
+    with _locked(cache_dir() / f".{base.name}.lock"):
+        if done.exists():
+            return base
+        tmp = base.with_name(base.name + ".partial")
+        if tmp.exists():
+            subprocess.run(["rm", "-rf", str(tmp)], check=True)
+        _pip(sys.executable, "--target", str(tmp), *TORCH_PAIR)
+        if base.exists():
+            subprocess.run(["rm", "-rf", str(base)], check=True)
+        tmp.rename(base)
+        done.write_text("ok\n")
+    return base
+
+
+def _site_packages(python: str | Path) -> Path:
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def install_release(python: str | Path, version: str, *, with_dpbench: bool = True) -> dict:
+    """Install SGLang ``version`` (no deps), its pinned CPU imports and the shared torch into ``python``'s env.
+
+    Used both by :func:`ensure_env` and by asv's ``install_command`` (through
+    ``python -m dpbench.envs.install``), so tests and benchmarks run in identical environments.
+    """
+    wheel = wheel_path(version)
+    base = torch_base()
+    site = _site_packages(python)
+    # Appended after the env's own site-packages: the release's pins shadow the base's copies.
+    (site / "_dpbench_torch_base.pth").write_text(f"{base}\n")
+    reqs = cpu_requirements(wheel)
+    _pip(python, *reqs)
+    _pip(python, "--no-deps", "--force-reinstall", str(wheel))
+    if with_dpbench:
+        _pip(python, "--no-deps", "-e", str(project_root()))
+        # dpbench's own light dependencies, without disturbing the release's pins.
+        _pip(python, "typer>=0.12", "rich>=13.7", "pyyaml>=6.0", "aiohttp>=3.9", "prometheus-client>=0.20")
+    return {"sglang": version, "wheel": wheel.name, "requirements": reqs, "torch_base": str(base)}
+
+
+@dataclass(frozen=True)
+class ReleaseEnv:
+    version: str
+    path: Path
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+
+def env_path(version: str) -> Path:
+    return cache_dir() / "envs" / f"sglang-{version}"
+
+
+def ensure_env(version: str) -> ReleaseEnv:
+    """The environment for SGLang ``version``, built on first use and reused after."""
+    path = env_path(version)
+    stamp = path / "dpbench-env.json"
+    want = {"layout": ENV_LAYOUT_VERSION, "sglang": version}
+    if stamp.exists():
+        have = json.loads(stamp.read_text())
+        if {k: have.get(k) for k in want} == want:
+            return ReleaseEnv(version, path)
+    with _locked(cache_dir() / "envs" / f".sglang-{version}.lock"):
+        if stamp.exists() and {k: json.loads(stamp.read_text()).get(k) for k in want} == want:
+            return ReleaseEnv(version, path)
+        if path.exists():
+            subprocess.run(["rm", "-rf", str(path)], check=True)
+        python = _base_python()
+        subprocess.run([python, "-m", "venv", str(path)], check=True)
+        info = install_release(path / "bin" / "python", version)
+        write_json(stamp, {**want, **info})
+    return ReleaseEnv(version, path)
+
+
+def _base_python() -> str:
+    """A CPython 3.11 (the SGLang wheels are cp311): this interpreter if it is one."""
+    if sys.version_info[:2] == (3, 11):
+        return sys.executable
+    for cand in ("python3.11",):
+        proc = subprocess.run(["which", cand], capture_output=True, text=True)
+        if proc.returncode == 0:
+            return proc.stdout.strip()
+    raise EnvError(f"SGLang's wheels are built for CPython 3.11; found {sys.version.split()[0]} and no python3.11")
+
+
+def run_in_env(
+    version: str,
+    module: str,
+    args: Sequence[str] = (),
+    *,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module args`` inside SGLang ``version``'s environment; the child is reaped on timeout."""
+    rel = ensure_env(version)
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("VIRTUAL_ENV", None)
+    return subprocess.run(
+        [str(rel.python), "-m", module, *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=project_root(),
+    )
+
+
+def current_purelib() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
