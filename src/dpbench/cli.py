@@ -14,10 +14,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """Where SGLang's PrefillDelayer negotiation sits, and what it does to DP-attention serving."""
+
+
 # (sub-command, module holding a `typer.Typer` named `app`)
 _GROUPS: list[tuple[str, str]] = [
     ("env", "dpbench.envs.cli"),
-    ("releases", "dpbench.releases_cli"),
     ("placement", "dpbench.placement.cli"),
     ("workload", "dpbench.workload.cli"),
     ("twin", "dpbench.twin.cli"),
@@ -34,6 +40,23 @@ for _name, _module in _GROUPS:
             raise
         continue
     app.add_typer(_sub, name=_name)
+
+
+# Top-level commands: (name, module, function)
+_COMMANDS: list[tuple[str, str, str]] = [
+    ("releases", "dpbench.releases_cli", "releases_command"),
+    ("bench", "dpbench.mainjob", "bench_command"),
+    ("compare", "dpbench.dashboard.compare_cli", "compare_command"),
+]
+
+for _name, _module, _func in _COMMANDS:
+    try:
+        _fn = getattr(importlib.import_module(_module), _func)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _module.startswith(exc.name):
+            raise
+        continue
+    app.command(_name)(_fn)
 
 
 def main() -> None:

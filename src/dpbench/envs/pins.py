@@ -57,6 +57,7 @@ CPU_IMPORTS: tuple[str, ...] = (
     "regex",
     "python-dateutil",
     "huggingface-hub",
+    "xgrammar",
 )
 
 # Never installed for the CPU tiers, whatever a release's metadata says.
@@ -82,7 +83,6 @@ GPU_ONLY = frozenset(
         "quack-kernels",
         "tokenspeed-mla",
         "torch-memory-saver",
-        "xgrammar",
         "helion",
     )
 )

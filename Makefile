@@ -1,0 +1,37 @@
+# Two front doors: `make bench` (the main job) and `make test` (the tests).
+# Both create and reuse .venv/ themselves. SGLang itself never goes into .venv: each
+# release gets its own environment under .cache/ (see README, "Environments").
+
+PYTHON ?= python3.11
+VENV   := .venv
+STAMP  := $(VENV)/.dpbench-installed
+
+.PHONY: bench test test-deps lint clean-results
+
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+bench: $(STAMP)
+	$(VENV)/bin/dpbench bench
+
+# What the tests need beyond .venv: the SGLang release environments they run
+# (built once, cached in .cache/) and Debian's Chromium for the dashboard's browser tests.
+test-deps: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "browser tests need Debian's chromium: sudo apt-get install chromium"; fi; }
+	$(VENV)/bin/dpbench env create 0.5.16 0.5.17 0.5.23
+
+test: test-deps
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/python -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+clean-results:
+	rm -rf results/* dashboard/site dashboard/html && touch results/.gitkeep

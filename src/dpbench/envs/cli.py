@@ -1,0 +1,50 @@
+"""`dpbench env …`: build and inspect the per-release SGLang environments of the CPU tiers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dpbench.envs.venv import EnvError, ensure_env, env_path
+from dpbench.paths import cache_dir
+
+app = typer.Typer(help="Per-release SGLang environments (SGLang --no-deps + CPU pins + shared torch).",
+                  no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@app.command("create")
+def create(versions: list[str] = typer.Argument(..., help="SGLang versions, e.g. 0.5.16 0.5.23")) -> None:
+    """Build (or reuse) the environment of each version."""
+    for v in versions:
+        with console.status(f"SGLang {v}: environment at {env_path(v)} (first build takes minutes)"):
+            try:
+                env = ensure_env(v)
+            except EnvError as exc:
+                console.print(f"[red]SGLang {v}: {exc}[/]")
+                raise typer.Exit(1) from exc
+        console.print(f"SGLang {v}: {env.python}")
+
+
+@app.command("list")
+def list_envs() -> None:
+    """The environments built so far, with what they pin."""
+    table = Table()
+    for col in ("sglang", "path", "transformers pin"):
+        table.add_column(col)
+    for stamp in sorted((cache_dir() / "envs").glob("sglang-*/dpbench-env.json")):
+        info = json.loads(stamp.read_text())
+        pin = next((r for r in info.get("requirements", []) if r.startswith("transformers")), "")
+        table.add_row(info["sglang"], str(stamp.parent), pin)
+    Console().print(table)
+
+
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(ctx: typer.Context, version: str = typer.Argument(..., help="SGLang version")) -> None:
+    """Run a command with that environment's python: `dpbench env run 0.5.23 -- -c 'import sglang'`."""
+    env = ensure_env(version)
+    raise typer.Exit(subprocess.call([str(env.python), *ctx.args]))

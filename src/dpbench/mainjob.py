@@ -1,0 +1,88 @@
+"""`dpbench bench` (what `make bench` runs): the CPU tiers over SGLang releases, published.
+
+Builds the release history, runs asv over it, publishes asv's site and the dpbench
+dashboard, and says where everything is. Every step is an ordinary command a user
+could run by hand; this only strings them together with progress.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from dpbench import releases
+from dpbench.paths import project_root
+
+# The embedded default: the CPU tiers. Kernel and server benchmarks skip without GPUs anyway.
+DEFAULT_BENCH = r"^(placement|twin|workloads)\."
+
+console = Console(stderr=True)
+
+
+def _run(cmd: list[str], *, cwd: Path) -> None:
+    """Run a step in its own process group, streaming its output; reap it on Ctrl-C."""
+    console.print(f"[bold cyan]$[/] {' '.join(cmd)}")
+    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+    try:
+        rc = proc.wait()
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if rc != 0:
+        raise typer.Exit(rc)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def bench_command(
+    versions: list[str] = typer.Argument(None, help="SGLang releases (default: 0.5.16 0.5.17 0.5.23)"),
+    bench: str = typer.Option(DEFAULT_BENCH, "--bench", "-b", help="asv benchmark regex"),
+    rerun: bool = typer.Option(False, help="re-run commits that already have results"),
+) -> None:
+    """The main job: asv over SGLang releases (CPU tiers), then asv's site and the dashboard."""
+    root = project_root()
+    asv = [sys.executable, "-m", "asv"]
+    conf = ["--config", str(root / "asv.releases.json")]
+    t0 = time.monotonic()
+    with console.status("building the SGLang release history (downloads wheels once)"):
+        rows = releases.build(versions or releases.DEFAULT_RELEASES)
+    console.print("release history: " + ", ".join(f"{v} ({sha[:8]})" for v, sha in rows))
+    _run([*asv, "machine", "--yes", *conf], cwd=root)
+    run = [*asv, "run", *conf, "--show-stderr", "--bench", bench, "--launch-method", "spawn"]
+    if not rerun:
+        run.append("--skip-existing-commits")
+    _run([*run, "ALL"], cwd=root)
+    _run([*asv, "publish", *conf], cwd=root)
+    site = None
+    try:
+        from dpbench.dashboard import build as dashboard_build
+    except ImportError:
+        console.print("[yellow]dashboard builder not available; asv's site only[/]")
+    else:
+        site = dashboard_build.build_site(results=root / "results", out=root / "dashboard" / "site")
+    elapsed = time.monotonic() - t0
+    console.print(f"\n[bold green]done[/] in {elapsed / 60:.1f} min")
+    print(f"results:    {root / 'results'}")
+    print(f"asv site:   {root / 'dashboard' / 'html' / 'index.html'}")
+    if site is not None:
+        print(f"dashboard:  {site}")
+    if len(rows) > 1:
+        print(f"compare:    .venv/bin/asv compare --config asv.releases.json {rows[0][1][:8]} {rows[1][1][:8]}")

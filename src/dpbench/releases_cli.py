@@ -1,0 +1,29 @@
+"""`dpbench releases`: build the local SGLang release-history repository asv runs over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dpbench import releases
+
+def releases_command(
+    versions: list[str] = typer.Argument(None, help="SGLang versions (default: 0.5.16 0.5.17 0.5.23)"),
+    repo: Path = typer.Option(None, help="where to build it (default: .cache/sglang-releases)"),
+) -> None:
+    """Build the local git history of SGLang PyPI releases that asv.releases.json runs over."""
+    try:
+        rows = releases.build(versions or releases.DEFAULT_RELEASES, repo)
+    except releases.ReleasesError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    table = Table(title=f"SGLang release history at {repo or releases.default_repo()}")
+    table.add_column("version")
+    table.add_column("commit")
+    table.add_column("wheel built (UTC)")
+    history = {r["commit"]: r for r in releases.read_history(repo)}
+    for version, sha in rows:
+        table.add_row(version, sha[:12], history[sha]["date"])
+    Console().print(table)

@@ -1,0 +1,8 @@
+"""Server tier: launch a real SGLang DP-attention server, replay a workload against it, read its metrics.
+
+Modules: ``config`` (run config → checked ``launch_server`` command), ``launcher``
+(process-group lifecycle), ``client`` (one streaming ``/generate`` request),
+``loadgen`` (arrival schedule, concurrency, loop-lag monitor), ``stats`` (client
+metrics), ``metrics`` (Prometheus deltas), ``run`` (one whole run), ``protocol_double``
+(a protocol test double of SGLang's HTTP API for tests and client benchmarks), ``cli``.
+"""

@@ -1,0 +1,141 @@
+"""`dpbench server …`: run a workload against a real SGLang DP-attention server, or launch one by hand."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from dpbench import results
+from dpbench.progress import console, progress
+from dpbench.server.client import RequestOutcome
+from dpbench.server.launcher import ServerProcess
+from dpbench.server.run import RunOptions, execute, prepare
+from dpbench.server.stats import Slo
+
+app = typer.Typer(help="Server tier: a real sglang.launch_server in DP-attention mode, driven by a workload trace.",
+                  no_args_is_help=True)
+
+_SHOWN = ("request_throughput_per_s", "output_tokens_per_s", "goodput_requests_per_s", "ttft_ms_p50", "ttft_ms_p99",
+          "itl_ms_p50", "itl_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "errors_total", "client_loop_lag_ms_p99",
+          "delayer_outcomes_total", "delayer_delay_fraction", "kv_token_usage_fraction_max", "server_startup_s")
+
+
+def _options(spec: str, tp: int, dp: int | None, model: str | None, delayer: bool, python: str | None,
+             port: int | None, max_requests: int | None, ttft_slo_ms: float, tpot_slo_ms: float,
+             nnodes: int, node_rank: int, dist_init_addr: str | None, extra: list[str] | None,
+             startup_deadline_s: float, attention_backend: str | None, chunked_prefill_size: int | None) -> RunOptions:
+    return RunOptions(
+        spec=spec, tp_size=tp, dp_size=dp, model_path=model, delayer=delayer, python=python or sys.executable,
+        port=port, max_requests=max_requests, slo=Slo(ttft_ms=ttft_slo_ms, tpot_ms=tpot_slo_ms),
+        nnodes=nnodes, node_rank=node_rank, dist_init_addr=dist_init_addr, extra_args=tuple(extra or ()),
+        startup_deadline_s=startup_deadline_s, attention_backend=attention_backend,
+        chunked_prefill_size=chunked_prefill_size,
+    )
+
+
+Tp = Annotated[int, typer.Option("--tp", help="tensor-parallel size (GPUs, all nodes)")]
+Dp = Annotated[int | None, typer.Option("--dp", help="attention-DP size (default: the spec's dp_size)")]
+Model = Annotated[str | None, typer.Option("--model", help="checkpoint dir; default: spec's config with dummy weights")]
+Delayer = Annotated[bool, typer.Option("--delayer/--no-delayer", help="enable SGLang's PrefillDelayer")]
+Python = Annotated[str | None, typer.Option("--python", help="interpreter with SGLang installed (default: this one)")]
+Extra = Annotated[list[str] | None, typer.Option("--sglang-arg", help="extra launch_server flag (repeatable), checked")]
+
+
+@app.command()
+def run(
+    spec: Annotated[str, typer.Argument(help="workload name (e.g. long-prompt-burst) or spec path")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="run-result JSON to write")] = Path("run.json"),
+    tp: Tp = 8,
+    dp: Dp = None,
+    model: Model = None,
+    delayer: Delayer = True,
+    python: Python = None,
+    port: Annotated[int | None, typer.Option(help="server port (default: a free one)")] = None,
+    max_requests: Annotated[int | None, typer.Option(help="replay only the first N requests")] = None,
+    ttft_slo_ms: Annotated[float, typer.Option(help="goodput TTFT SLO")] = 2000.0,
+    tpot_slo_ms: Annotated[float, typer.Option(help="goodput TPOT SLO")] = 100.0,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    dist_init_addr: Annotated[str | None, typer.Option(help="node-0 host:port for multi-node")] = None,
+    sglang_arg: Extra = None,
+    startup_deadline_s: float = 1200.0,
+    attention_backend: str | None = None,
+    chunked_prefill_size: int | None = None,
+    dry_run: Annotated[bool, typer.Option(help="print the launch command and exit")] = False,
+) -> None:
+    """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result."""
+    opts = _options(spec, tp, dp, model, delayer, python, port, max_requests, ttft_slo_ms, tpot_slo_ms, nnodes,
+                    node_rank, dist_init_addr, sglang_arg, startup_deadline_s, attention_backend,
+                    chunked_prefill_size)
+    prep = prepare(opts)
+    con = console()
+    con.print(f"[bold]launch:[/bold] {' '.join(prep.command)}")
+    for note in prep.notes:
+        con.print(f"note: {note}")
+    if dry_run:
+        return
+    n = len(prep.requests)
+    with progress() as bar:
+        task = bar.add_task("starting server", total=n)
+        t_start = [0.0]
+        done = [0]
+
+        def on_done(o: RequestOutcome) -> None:
+            if not t_start[0]:
+                t_start[0] = time.monotonic()
+            done[0] += 1
+            rate = done[0] / max(time.monotonic() - t_start[0], 1e-6)
+            bar.update(task, advance=1, description=f"requests ({rate:.1f}/s)")
+
+        result = execute(prep, on_done=on_done)
+    results.save(output, result)
+    table = Table(title=f"{prep.spec.name}: tp={opts.tp_size} dp={prep.config.dp_size} "
+                        f"delayer={'on' if opts.delayer else 'off'} (SGLang {result['sglang'].get('version')})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    for name in _SHOWN:
+        m = result["metrics"].get(name)
+        if m is not None:
+            table.add_row(name, f"{m['value']:.4g}", m["unit"])
+    con.print(table)
+    con.print(f"wrote {output}")
+
+
+@app.command()
+def launch(
+    spec: Annotated[str, typer.Argument(help="workload whose model/KV plan configure the server")],
+    tp: Tp = 8,
+    dp: Dp = None,
+    model: Model = None,
+    delayer: Delayer = True,
+    python: Python = None,
+    port: Annotated[int, typer.Option(help="server port")] = 30000,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    dist_init_addr: str | None = None,
+    sglang_arg: Extra = None,
+    startup_deadline_s: float = 1200.0,
+    log: Annotated[Path, typer.Option(help="server log file")] = Path("results/server-logs/manual.log"),
+) -> None:
+    """Start a server configured like `run` would, wait until ready, keep it up until Ctrl-C."""
+    opts = _options(spec, tp, dp, model, delayer, python, port, None, 2000.0, 100.0, nnodes, node_rank,
+                    dist_init_addr, sglang_arg, startup_deadline_s, None, None)
+    prep = prepare(opts)
+    con = console()
+    con.print(f"[bold]launch:[/bold] {' '.join(prep.command)}\nlog: {log}")
+    with ServerProcess(prep.command, base_url=f"http://127.0.0.1:{prep.config.port}", log_path=log) as server:
+        if node_rank == 0:
+            took = server.wait_ready(deadline_s=startup_deadline_s)
+            con.print(f"ready in {took:.0f} s at {server.base_url} (Ctrl-C stops it)")
+        try:
+            while server.alive():
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            con.print("stopping…")
+    con.print(f"stopped ({server.stopped_with})")

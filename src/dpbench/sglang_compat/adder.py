@@ -1,0 +1,214 @@
+"""Build the installed SGLang's real ``PrefillAdder`` on CPU, with its real allocator, radix cache and ``Req``.
+
+This is the one place that knows how each API generation (see :mod:`.detect`) builds
+the admission side of SGLang's scheduler. Everything it hands out is SGLang's own
+object except the running batch, which in SGLang is a GPU ``ScheduleBatch``:
+
+=====================  ====================================================================
+piece                  what it is
+=====================  ====================================================================
+allocator              ``TokenToKVPoolAllocator(size, dtype, "cpu", None, False)``: SGLang's
+                       real token allocator on CPU tensors (no KV buffer behind it; admission
+                       only reads its free counts). On g2026_10 the adder asks it for the
+                       real ``PrefillBudget`` through ``create_prefill_budget``.
+tree cache             SGLang's real ``RadixCache`` (``create_simulated(mock_allocator=...)``:
+                       no req-to-token pool, otherwise the real tree, locks and evictable
+                       counts); ``disable=True`` gives the tree-less mode.
+request                SGLang's real ``Req`` (``SamplingParams`` included); the prefix match
+                       is SGLang's ``req.init_next_round_input(tree_cache)``.
+running batch          :class:`RunningBatch`, a stand-in: the adder reads only ``.reqs`` and
+                       ``.batch_size()`` from it (a real ``ScheduleBatch`` needs GPU tensors).
+server args            SGLang reads a few process-wide settings while admitting
+                       (context-parallel, exec feature flags); :meth:`AdderKit.__init__`
+                       publishes a default ``ServerArgs(model_path="dummy")`` unless the
+                       process has published its own.
+=====================  ====================================================================
+
+API (also used by the scheduler twin)::
+
+    kit = AdderKit()                      # detects the generation; UnsupportedSGLang if unknown
+    alloc = kit.new_allocator(4096)       # KV pool of 4096 token slots
+    tree = kit.new_tree_cache(alloc)      # real RadixCache over that pool
+    kit.insert_prefix(tree, alloc, ids)   # cache a finished request's tokens (evictable KV)
+    req = kit.new_req("r0", ids, max_new_tokens=128, ignore_eos=True)
+    adder = kit.new_adder(allocator=alloc, tree_cache=tree, running_batch=kit.new_running_batch(),
+                          rem_input_tokens=8192, rem_chunk_tokens=None,
+                          prefill_delayer_single_pass=executor_or_None)
+    result = kit.add_one_req(adder, req)  # matches the prefix first, as the scheduler does
+    kit.AddReqResult.NO_TOKEN             # the release's own enum
+    kit.budget(adder)                     # {"rem_total_tokens", "cur_rem_tokens", ...}
+
+``add_one_req`` / ``add_chunked_req`` call SGLang's methods unchanged; what the adder
+admitted is in ``adder.can_run_list`` and ``adder.new_chunked_req``, as in the scheduler.
+"""
+
+from __future__ import annotations
+
+import importlib
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpbench.sglang_compat.detect import Generation, detect, load_api
+
+
+@dataclass
+class RunningBatch:
+    """Stand-in for the scheduler's running ``ScheduleBatch``: the adder reads ``reqs`` and ``batch_size()``."""
+
+    reqs: list[Any] = field(default_factory=list)
+
+    def batch_size(self) -> int:
+        return len(self.reqs)
+
+    def is_empty(self) -> bool:
+        return not self.reqs
+
+
+def ensure_server_args(server_args: Any | None = None) -> None:
+    """Publish ``server_args`` (default ``ServerArgs(model_path="dummy")``) unless the process already has some.
+
+    The release decides how: ``runtime_context.publish(args, role=...)`` where it exists
+    (0.5.17 on), else ``get_context().set_server_args(args)`` (0.5.16).
+    """
+    rc = importlib.import_module("sglang.srt.runtime_context")
+    ctx = rc.get_context()
+    if server_args is None:
+        try:
+            if ctx.server_args is not None:
+                return
+        except Exception:  # noqa: BLE001 - unpublished contexts raise (type differs per release)
+            pass
+        server_args = importlib.import_module("sglang.srt.server_args").ServerArgs(model_path="dummy")
+    if hasattr(rc, "publish"):
+        rc.publish(server_args, role="test")
+    else:
+        ctx.set_server_args(server_args)
+
+
+class AdderKit:
+    """Factory for the installed SGLang's real admission objects; one per process is enough."""
+
+    def __init__(self, generation: Generation | None = None, *, page_size: int = 1, server_args: Any = None):
+        self.api = load_api()
+        self.generation = generation or detect(self.api, components=("adder",))
+        self.page_size = page_size
+        ensure_server_args(server_args)
+        self._torch = importlib.import_module("torch")
+        self._sampling = importlib.import_module("sglang.srt.sampling.sampling_params")
+        self._radix = importlib.import_module("sglang.srt.mem_cache.radix_cache")
+        self._base_cache = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
+
+    # -- SGLang's own types ------------------------------------------------------------
+    @property
+    def AddReqResult(self) -> Any:  # noqa: N802 - mirrors SGLang's enum name
+        return self.api.AddReqResult
+
+    @property
+    def uses_prefill_budget(self) -> bool:
+        """True where the allocator owns the KV budget (``create_prefill_budget``, g2026_10 on)."""
+        return hasattr(self.api.TokenToKVPoolAllocator, "create_prefill_budget")
+
+    # -- construction ------------------------------------------------------------------
+    def new_allocator(self, size: int) -> Any:
+        """SGLang's ``TokenToKVPoolAllocator`` with ``size`` token slots on CPU."""
+        if size <= 0:
+            raise ValueError(f"allocator size must be a positive number of tokens, got {size}")
+        return self.api.TokenToKVPoolAllocator(size, self._torch.float16, "cpu", None, False)
+
+    def new_tree_cache(self, allocator: Any, *, disable: bool = False) -> Any:
+        """SGLang's ``RadixCache`` over ``allocator`` (``disable=True``: no prefix sharing)."""
+        return self.api.RadixCache.create_simulated(
+            disable=disable, mock_allocator=allocator, page_size=self.page_size
+        )
+
+    def insert_prefix(self, tree_cache: Any, allocator: Any, token_ids: Sequence[int]) -> int:
+        """Cache ``token_ids`` in the tree as a finished request would leave them: slots taken, evictable.
+
+        Returns how many new tokens the tree now holds (0 if all were cached already).
+        """
+        ids = [int(t) for t in token_ids]
+        slots = allocator.alloc(len(ids))
+        if slots is None:
+            raise ValueError(
+                f"the allocator has {allocator.available_size()} free slots; cannot cache {len(ids)} tokens"
+            )
+        key = self._radix.RadixKey(token_ids=array("q", ids), extra_key=None)
+        result = tree_cache.insert(self._base_cache.InsertParams(key=key, value=slots))
+        already = int(getattr(result, "prefix_len", 0) or 0)
+        if already:  # the tree kept its own copy of the first `already` tokens
+            allocator.free(slots[:already])
+        return len(ids) - already
+
+    def new_running_batch(self, reqs: Iterable[Any] = ()) -> RunningBatch:
+        return RunningBatch(list(reqs))
+
+    def new_req(
+        self, rid: str, input_ids: Sequence[int], max_new_tokens: int, ignore_eos: bool = True
+    ) -> Any:
+        """SGLang's ``Req`` for a tokenised prompt (no text, greedy defaults)."""
+        if not input_ids:
+            raise ValueError(f"request {rid!r} needs at least one input token")
+        params = self._sampling.SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos)
+        return self.api.Req(rid, "", array("q", [int(t) for t in input_ids]), params)
+
+    def new_adder(
+        self,
+        *,
+        allocator: Any,
+        tree_cache: Any,
+        running_batch: Any,
+        rem_input_tokens: int,
+        rem_chunk_tokens: int | None,
+        new_token_ratio: float = 1.0,
+        prefill_delayer_single_pass: Any = None,
+        max_prefill_bs: int = 0,
+        max_running_requests: int | None = None,
+        waiting_queue_len: int = 0,
+    ) -> Any:
+        """SGLang's ``PrefillAdder`` for one scheduling pass, built as ``Scheduler`` builds it."""
+        return self.api.PrefillAdder(
+            self.page_size,
+            tree_cache,
+            allocator,
+            running_batch,
+            new_token_ratio,
+            rem_input_tokens,
+            rem_chunk_tokens,
+            max_prefill_bs=max_prefill_bs,
+            max_running_requests=max_running_requests,
+            prefill_delayer_single_pass=prefill_delayer_single_pass,
+            waiting_queue_len=waiting_queue_len,
+        )
+
+    # -- one scheduling pass -----------------------------------------------------------
+    def match_prefix(self, req: Any, tree_cache: Any) -> None:
+        """SGLang's prefix match for a waiting request (``req.init_next_round_input(tree_cache)``)."""
+        req.init_next_round_input(tree_cache)
+
+    def add_one_req(self, adder: Any, req: Any, *, has_chunked_req: bool = False, match: bool = True) -> Any:
+        """Offer a waiting request to the adder, as ``Scheduler._get_new_batch_prefill_raw`` does.
+
+        ``match=True`` first runs the prefix match against the adder's tree cache.
+        Returns the release's ``AddReqResult``.
+        """
+        if match:
+            self.match_prefix(req, adder.tree_cache)
+        return adder.add_one_req(req, has_chunked_req=has_chunked_req, truncation_align_size=None)
+
+    def add_chunked_req(self, adder: Any, req: Any) -> Any:
+        """Continue the scheduler's in-flight chunked request: the request again if unfinished, else None."""
+        req.init_next_round_input()
+        return adder.add_chunked_req(req)
+
+    def budget(self, adder: Any) -> dict[str, Any]:
+        """The adder's remaining budgets (tokens), read through SGLang's own properties."""
+        return {
+            "rem_total_tokens": int(adder.rem_total_tokens),
+            "cur_rem_tokens": int(adder.cur_rem_tokens),
+            "rem_input_tokens": int(adder.rem_input_tokens),
+            "rem_chunk_tokens": None if adder.rem_chunk_tokens is None else int(adder.rem_chunk_tokens),
+            "evictable_tokens": int(adder.tree_cache.evictable_size()),
+            "free_slots": int(adder.token_to_kv_pool_allocator.available_size()),
+        }

@@ -1,0 +1,378 @@
+"""Build the installed SGLang's real PrefillDelayer on a gloo group, one adapter per API generation.
+
+The scheduler twin (``dpbench.twin``) runs SGLang's own ``PrefillDelayer`` and
+``PrefillDelayerSinglePassExecutor`` on every DP rank, so the negotiation is
+SGLang's all-gather over a real ``torch.distributed`` gloo group. What changes
+between releases, and is absorbed here (detected from signatures and attributes,
+not version strings):
+
+- ``PrefillDelayer.__init__``:
+  generation ``"args"`` (0.5.14 – 0.5.18, verified on 0.5.16 and 0.5.17) takes
+  ``(dp_size, attn_tp_size, cpu_group, server_args, max_delay_passes,
+  token_usage_low_watermark, metrics_collector, device, device_group)``;
+  generation ``"runtime_context"`` (0.5.22 – 0.5.23, verified on 0.5.23) takes
+  ``(max_delay_passes, token_usage_low_watermark, metrics_collector,
+  debug_log_enabled)`` and reads the group and sizes from
+  ``sglang.srt.runtime_context``. The generations in between (``dp_size`` without
+  ``server_args``; ``cpu_group`` without ``dp_size``) are refused with
+  :class:`UnsupportedSGLang`: no wheel of theirs was checked.
+- ``PrefillDelayerSinglePassExecutor.finalize``: ``actual_prefill: bool`` (0.5.16 –)
+  or ``actual_prefill_bs: int`` returning the observed batch size (0.5.23).
+- The scheduler's ``max_prefill_bs`` bookkeeping (passed to ``PrefillAdder`` and
+  from there to the negotiation): a running maximum (0.5.16), a running maximum
+  decayed once per pass (0.5.17: ``*= 0.998``, read from the installed
+  ``scheduler.py``), or the real ``RecentPrefillBatchSizeTracker`` (0.5.23).
+
+Wall clock: the delayer reads ``time.perf_counter`` only (a) for the
+``wait_seconds`` histogram, which the twin does not report, and (b) for the
+queue-based trigger's ``max_delay_ms`` cap, which is evaluated only when
+``prefill_delayer_queue_min_ratio`` is set. The twin leaves that trigger off
+(SGLang's default), so no wall-clock reading reaches a verdict, and simulated
+metrics stay deterministic; :func:`build_delayer` refuses a delayer whose queue
+trigger came out enabled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GENERATION_ARGS = "args"
+GENERATION_RUNTIME_CONTEXT = "runtime_context"
+SUPPORTED = (
+    "PrefillDelayer(dp_size, attn_tp_size, cpu_group, server_args, ...) (0.5.14 – 0.5.18) or "
+    "PrefillDelayer(max_delay_passes, token_usage_low_watermark, metrics_collector, ...) reading "
+    "sglang.srt.runtime_context (0.5.22 – 0.5.23)"
+)
+
+
+def _unsupported(message: str) -> RuntimeError:
+    """``dpbench.sglang_compat.detect.UnsupportedSGLang`` when the placement helper's module exists."""
+    try:
+        from dpbench.sglang_compat.detect import UnsupportedSGLang
+    except ImportError:  # pragma: no cover - detect.py is written in parallel
+        return RuntimeError(message)
+    return UnsupportedSGLang(message)
+
+
+@dataclass(frozen=True)
+class DelayerSettings:
+    """The delayer's server flags, as SGLang's own defaults have them."""
+
+    max_delay_passes: int = field(default=30, metadata={"help": "--prefill-delayer-max-delay-passes"})
+    token_usage_low_watermark: float | None = field(
+        default=None, metadata={"help": "--prefill-delayer-token-usage-low-watermark (None: off)"}
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One pass's delayer outcome, labelled as ``sglang:prefill_delayer_outcomes_total``."""
+
+    input_estimation: str
+    output_allow: bool
+    output_reason: str
+    actual_execution: bool
+    wait_forward_passes: int
+
+    def labels(self) -> tuple[str, str, str, str]:
+        return (
+            self.input_estimation,
+            str(self.output_allow).lower(),
+            self.output_reason,
+            str(self.actual_execution).lower(),
+        )
+
+
+class RecordingCollector:
+    """Stands in for SGLang's ``SchedulerMetricsCollector``: records each delayer outcome it is told.
+
+    SGLang's executor calls ``observe_prefill_delayer_outcome`` once per pass from
+    ``finalize``; the real collector increments ``prefill_delayer_outcomes_total``
+    with exactly these labels. ``wait_seconds`` is wall-clock and dropped here.
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str, str, str]] = Counter()
+        self.last: Outcome | None = None
+
+    def observe_prefill_delayer_outcome(
+        self,
+        forward_passes: int,
+        wait_seconds: float,
+        input_estimation: str,
+        output_allow: bool,
+        output_reason: str,
+        actual_execution: bool,
+    ) -> None:
+        del wait_seconds  # wall clock: never part of simulated results
+        self.last = Outcome(
+            input_estimation=input_estimation,
+            output_allow=bool(output_allow),
+            output_reason=output_reason,
+            actual_execution=bool(actual_execution),
+            wait_forward_passes=int(forward_passes),
+        )
+        self.counts[self.last.labels()] += 1
+
+
+@dataclass(frozen=True)
+class _ArgsGenerationServerArgs:
+    """The four ``server_args`` fields generation ``"args"`` reads (checked against its source)."""
+
+    enable_dp_attention: bool = True
+    disable_overlap_schedule: bool = False
+    prefill_delayer_queue_min_ratio: float | None = None
+    prefill_delayer_max_delay_ms: float | None = None
+
+
+def detect_generation(delayer_cls: type) -> str:
+    params = inspect.signature(delayer_cls.__init__).parameters
+    if {"dp_size", "attn_tp_size", "cpu_group", "server_args"} <= params.keys():
+        return GENERATION_ARGS
+    if "cpu_group" not in params and "dp_size" not in params and "max_delay_passes" in params:
+        return GENERATION_RUNTIME_CONTEXT
+    raise _unsupported(
+        f"PrefillDelayer.__init__{inspect.signature(delayer_cls.__init__)} is not a known shape; "
+        f"supported: {SUPPORTED}"
+    )
+
+
+class _GroupHandle:
+    """What 0.5.22+'s delayer reads from ``get_parallel().tp_group``: the gloo group, no device group."""
+
+    def __init__(self, cpu_group: Any) -> None:
+        self.cpu_group = cpu_group
+        self.device_group = None
+        self.device = "cpu"
+
+
+def publish_runtime_context(dp_size: int, settings: DelayerSettings) -> None:
+    """Publish SGLang's process-wide config for a DP-attention engine with the delayer on (0.5.22+).
+
+    Call once in the parent before forking the ranks: the published context is
+    inherited by every child.
+    """
+    from sglang.srt import runtime_context
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(
+        model_path="dummy",
+        tp_size=dp_size,
+        dp_size=dp_size,
+        enable_dp_attention=True,
+        enable_prefill_delayer=True,
+        prefill_delayer_max_delay_passes=settings.max_delay_passes,
+        prefill_delayer_token_usage_low_watermark=settings.token_usage_low_watermark,
+    )
+    runtime_context.publish(args, role="test")
+
+
+def build_delayer(
+    *,
+    dp_size: int,
+    cpu_group: Any,
+    settings: DelayerSettings,
+    metrics_collector: RecordingCollector,
+) -> Any:
+    """The installed SGLang's real ``PrefillDelayer`` gathering over ``cpu_group`` (gloo) for ``dp_size`` ranks."""
+    from sglang.srt.managers import prefill_delayer as mod
+
+    generation = detect_generation(mod.PrefillDelayer)
+    if generation == GENERATION_ARGS:
+        delayer = mod.PrefillDelayer(
+            dp_size=dp_size,
+            attn_tp_size=1,
+            cpu_group=cpu_group,
+            server_args=_ArgsGenerationServerArgs(),
+            max_delay_passes=settings.max_delay_passes,
+            token_usage_low_watermark=settings.token_usage_low_watermark,
+            metrics_collector=metrics_collector,
+            device="cpu",
+            device_group=None,
+        )
+    else:
+        from sglang.srt.runtime_context import get_parallel
+
+        overrides = {"tp_group": _GroupHandle(cpu_group)}
+        with get_parallel().override(**overrides):
+            delayer = mod.PrefillDelayer(
+                max_delay_passes=settings.max_delay_passes,
+                token_usage_low_watermark=settings.token_usage_low_watermark,
+                metrics_collector=metrics_collector,
+                debug_log_enabled=False,
+            )
+        if getattr(delayer, "num_dp_ranks", dp_size) != dp_size:
+            raise _unsupported(
+                f"PrefillDelayer read num_dp_ranks={delayer.num_dp_ranks} from the runtime context, "
+                f"expected {dp_size}: publish_runtime_context({dp_size}, ...) must run first"
+            )
+    if getattr(delayer, "_queue_trigger_enabled", False):
+        raise RuntimeError(
+            "PrefillDelayer came up with its queue trigger enabled; it reads wall-clock time "
+            "(max_delay_ms), which would make simulated results non-deterministic"
+        )
+    return delayer
+
+
+@dataclass
+class PassExecutor:
+    """One pass's ``PrefillDelayerSinglePassExecutor`` plus the release's ``finalize`` call shape."""
+
+    executor: Any
+    collector: RecordingCollector
+    reported_prefillable: bool | None = None
+
+    def negotiate_should_allow_prefill(self, local_prefillable: bool, **kwargs: Any) -> bool:
+        """What ``PrefillAdder`` calls: forwarded unchanged; the first report is remembered."""
+        if self.reported_prefillable is None:
+            self.reported_prefillable = bool(local_prefillable)
+        return self.executor.negotiate_should_allow_prefill(local_prefillable=local_prefillable, **kwargs)
+
+    def finalize(self, actual_prefill_bs: int) -> tuple[int, Outcome]:
+        """Finalize as the installed scheduler does; returns (observed prefill bs, the pass's outcome)."""
+        if self.reported_prefillable is None:
+            self.reported_prefillable = False  # finalize negotiates local_prefillable=False
+        params = inspect.signature(self.executor.finalize).parameters
+        if "actual_prefill_bs" in params:
+            observed = int(self.executor.finalize(actual_prefill_bs=actual_prefill_bs))
+        elif "actual_prefill" in params:
+            self.executor.finalize(actual_prefill=actual_prefill_bs > 0)
+            observed = actual_prefill_bs
+        else:
+            raise _unsupported(
+                f"PrefillDelayerSinglePassExecutor.finalize{inspect.signature(self.executor.finalize)} "
+                "takes neither actual_prefill (0.5.16 – 0.5.22) nor actual_prefill_bs (0.5.23)"
+            )
+        if self.collector.last is None:
+            raise RuntimeError("PrefillDelayerSinglePassExecutor.finalize recorded no outcome")
+        outcome, self.collector.last = self.collector.last, None
+        return observed, outcome
+
+
+def new_pass(delayer: Any, collector: RecordingCollector, token_usage: float) -> PassExecutor:
+    from sglang.srt.managers.prefill_delayer import PrefillDelayerSinglePassExecutor
+
+    return PassExecutor(PrefillDelayerSinglePassExecutor(delayer, token_usage=token_usage), collector)
+
+
+class MaxPrefillBs:
+    """The scheduler's ``max_prefill_bs`` bookkeeping as the installed release does it.
+
+    ``before_pass()`` runs where the scheduler runs its per-pass decay (before the
+    executor is built); ``after_pass(observed_bs, admitted_bs)`` where it updates
+    the watermark. ``value`` is what the scheduler passes to ``PrefillAdder``.
+    """
+
+    def __init__(self) -> None:
+        from sglang.srt.managers import prefill_delayer as mod
+
+        tracker_cls = getattr(mod, "RecentPrefillBatchSizeTracker", None)
+        self.kind: str
+        self._tracker = None
+        self._value: float = 0.0
+        self._decay = 1.0
+        if tracker_cls is not None:
+            from sglang.srt.environ import envs
+
+            self.kind = "recent_window"
+            self._tracker = tracker_cls(
+                window_size=envs.SGLANG_PREFILL_DELAYER_MAX_PREFILL_BS_WINDOW_SIZE.get()
+            )
+        else:
+            decay = scheduler_max_prefill_bs_decay()
+            self.kind = "decayed_max" if decay is not None else "running_max"
+            self._decay = decay if decay is not None else 1.0
+
+    @property
+    def value(self) -> int:
+        return int(self._value)
+
+    def before_pass(self) -> None:
+        if self._decay != 1.0:
+            self._value *= self._decay
+
+    def after_pass(self, observed_bs: int, admitted_bs: int) -> None:
+        if self._tracker is not None:
+            if observed_bs > 0:
+                self._value = self._tracker.observe_attempt(observed_bs)
+        elif admitted_bs > 0:
+            self._value = max(self._value, admitted_bs)
+
+
+_DECAY_RE = re.compile(r"self\.max_prefill_bs\s*\*=\s*([0-9.]+)")
+
+
+def scheduler_max_prefill_bs_decay() -> float | None:
+    """The per-pass decay factor of ``max_prefill_bs`` in the installed ``scheduler.py``, if it has one.
+
+    Read from the source text: importing ``scheduler.py`` pulls in the model runner,
+    which does not import on a CPU-only machine.
+    """
+    spec = importlib.util.find_spec("sglang.srt.managers.scheduler")
+    if spec is None or spec.origin is None:
+        return None
+    found = _DECAY_RE.findall(Path(spec.origin).read_text())
+    if len(found) > 1 and len(set(found)) > 1:
+        raise _unsupported(f"scheduler.py decays max_prefill_bs by several factors {found}; expected one")
+    return float(found[0]) if found else None
+
+
+# --- Twin-specific request progress and scheduler-loop shape --------------------------------
+# Not delayer API, but version-specific and needed by the twin only; AdderKit (adder.py) does
+# not cover what happens to a request after admission. Candidates to move into adder.py.
+
+
+class ReqProgress:
+    """How the installed ``Req`` records computed KV, as SGLang's cache does after each forward.
+
+    Two shapes: ``prefix_indices`` (a tensor of KV slots; ChunkCache's
+    ``cache_unfinished_req`` sets it after a chunk, 0.5.16 – 0.5.17) or ``prefix_len``
+    (an int, 0.5.23). The extend range is ``extend_range`` (Range) or ``extend_end``.
+    """
+
+    def __init__(self, req_cls: type) -> None:
+        import torch
+
+        self._torch = torch
+        src = inspect.getsource(req_cls.__init__)
+        self.uses_prefix_indices = "self.prefix_indices" in src
+        self.uses_extend_range = "self.extend_range" in src
+        if not self.uses_prefix_indices and "self.prefix_len" not in src:
+            raise _unsupported("Req keeps neither prefix_indices nor prefix_len; cannot track computed KV")
+        if not self.uses_extend_range and "self.extend_end" not in src:
+            raise _unsupported("Req keeps neither extend_range nor extend_end; cannot read admitted chunk")
+
+    def computed(self, req: Any) -> int:
+        return len(req.prefix_indices) if self.uses_prefix_indices else int(req.prefix_len)
+
+    def extend_tokens(self, req: Any) -> int:
+        """Tokens the adder admitted for this forward (``extend_range`` length)."""
+        if self.uses_extend_range:
+            rng = req.extend_range
+            return int(rng.end - rng.start)
+        return int(req.extend_end - req.prefix_len)
+
+    def set_computed(self, req: Any, kv_slots: Any) -> None:
+        """After a forward: the request's first ``len(kv_slots)`` tokens are in the KV pool."""
+        if self.uses_prefix_indices:
+            req.prefix_indices = kv_slots
+        else:
+            req.prefix_len = int(kv_slots.numel())
+
+
+def scheduler_breaks_on_spent_budget() -> bool:
+    """Whether the installed scheduler stops offering requests once ``adder.budget_state()`` is OTHER (0.5.23).
+
+    Read from ``scheduler.py``'s source (it does not import on CPU); it decides whether
+    a rank whose pass budget a continuing chunk spent reaches ``add_one_req`` at all.
+    """
+    spec = importlib.util.find_spec("sglang.srt.managers.scheduler")
+    if spec is None or spec.origin is None:
+        raise _unsupported("sglang.srt.managers.scheduler is not installed")
+    return "adder.budget_state() == AddReqResult.OTHER" in Path(spec.origin).read_text()

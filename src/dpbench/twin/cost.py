@@ -1,0 +1,276 @@
+"""How long one DP-attention forward takes: the twin's model of time, kept apart from its scheduling.
+
+``ExecutionTimeModel.step_time(ranks) -> seconds`` takes what every DP rank runs in
+one lockstep forward (:class:`RankWork`) and returns the forward's duration. Two
+implementations:
+
+- :class:`RooflineModel` — documented H200 roofline defaults for the model config
+  (below); used when no calibration file is given.
+- :class:`CalibratedModel` — attention time per rank from a kernel-tier calibration
+  file (``dpbench.kernels.calibration``), the rest (projections, MoE, collectives,
+  LM head, overhead) from the roofline.
+
+The forward of a DP-attention MoE model (DeepSeek-V2/V3 in SGLang with
+``--enable-dp-attention``): each rank runs attention (and its projections) for its own
+requests only; before every MoE layer the ranks' tokens are gathered and the experts,
+spread over all ranks (expert parallel), run over *all* ranks' tokens; the result is
+scattered back. Ranks synchronise at every layer, so per layer the step waits for the
+slowest rank's attention::
+
+    step = Σ_layers [ max_r attn_r + mlp(all tokens) + collective(all tokens) ]
+           + max_r lm_head_r + overhead
+
+Roofline of one kernel: ``max(flops / (peak_flops × eff), bytes / (hbm_bw × eff))``.
+
+Per layer, with ``T_r`` = tokens of rank r this forward (extend: new tokens; decode:
+batch size), ``C_r`` = KV tokens its attention reads, ``P_r`` = causal query×key pairs
+of its extend:
+
+- attention projections (MLA: q_a, q_b, kv_a, kv_b, o; else q, k, v, o):
+  ``flops = 2 T_r W_attn``, ``bytes = W_attn × w_bytes`` (weights read once);
+- attention core, extend (MHA form): ``flops = 2 P_r heads (qk_head_dim + v_head_dim)``,
+  ``bytes = C_r × kv_bytes_per_token_per_layer``;
+- attention core, decode (MLA absorbed into the latent): ``flops = 2 C_r heads
+  (2 kv_lora_rank + qk_rope_head_dim)``, ``bytes = C_r × kv_bytes_per_token_per_layer``;
+- MoE layer over ``T = Σ_r T_r`` tokens, experts spread over the ``N`` ranks:
+  ``flops = 2·3·hidden·moe_inter·T·(top_k + n_shared)/N``, weight bytes of the experts a
+  rank touches, ``E/N × (1 − (1 − 1/E)^(T·top_k))`` experts × ``3·hidden·moe_inter``;
+  dense layers (``first_k_dense_replace``) run ``3·hidden·intermediate`` per rank on ``T_r``;
+- collective: all-gather before and reduce-scatter after the MLP, each
+  ``latency + T·hidden·act_bytes·(N−1)/N / link_bw``;
+- LM head per rank: ``2·hidden·vocab`` flops per sampled token plus its weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dpbench.workload.models import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RankWork:
+    """What one DP rank runs in one forward."""
+
+    kind: str  # "extend" | "decode" | "idle"
+    num_reqs: int = 0
+    new_tokens: int = 0  # extend: new tokens; decode: batch size
+    context_tokens: int = 0  # KV tokens attention reads
+    attn_pairs: int = 0  # causal query×key pairs (extend)
+
+
+class ExecutionTimeModel(Protocol):
+    """Duration of one lockstep forward over all DP ranks, in seconds."""
+
+    name: str
+
+    def step_time(self, ranks: Sequence[RankWork]) -> float: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceRoofline:
+    """Per-GPU ceilings and efficiencies; defaults: NVIDIA H200 SXM (public datasheet)."""
+
+    name: str = "NVIDIA H200 SXM (roofline defaults)"
+    peak_flops: float = field(default=989e12, metadata={"help": "dense BF16 FLOP/s (H200 SXM datasheet)"})
+    hbm_bytes_per_s: float = field(default=4.8e12, metadata={"help": "HBM3e bandwidth, B/s (datasheet)"})
+    link_bytes_per_s: float = field(
+        default=450e9, metadata={"help": "NVLink, one direction, B/s (900 GB/s bidirectional)"}
+    )
+    gemm_efficiency: float = field(default=0.6, metadata={"help": "achieved/peak FLOP rate of GEMMs"})
+    attn_efficiency: float = field(default=0.5, metadata={"help": "achieved/peak FLOP rate of attention"})
+    mem_efficiency: float = field(default=0.8, metadata={"help": "achieved/peak HBM bandwidth"})
+    link_efficiency: float = field(default=0.7, metadata={"help": "achieved/peak link bandwidth"})
+    collective_latency_s: float = field(default=10e-6, metadata={"help": "fixed cost of one collective"})
+    step_overhead_s: float = field(
+        default=1.5e-3, metadata={"help": "per-forward launch/scheduling overhead (CUDA graphs assumed)"}
+    )
+    weight_bytes: float = field(default=1.0, metadata={"help": "bytes per weight (FP8 DeepSeek checkpoints)"})
+    act_bytes: float = field(default=2.0, metadata={"help": "bytes per activation element (BF16)"})
+    kv_bytes: float = field(default=2.0, metadata={"help": "bytes per KV element (BF16)"})
+
+
+H200 = DeviceRoofline()
+
+
+class RooflineModel:
+    """Roofline step time for a model config on a device (module docstring has the formulas)."""
+
+    name = "roofline"
+
+    def __init__(self, model: ModelConfig, dp_size: int, device: DeviceRoofline = H200) -> None:
+        self.model = model
+        self.dp_size = dp_size
+        self.device = device
+        m = model
+        heads = m.num_attention_heads
+        if m.is_mla:
+            qk_head = (m.qk_nope_head_dim or 0) + (m.qk_rope_head_dim or 0)
+            v_head = m.v_head_dim or (m.qk_nope_head_dim or 0)
+            q_proj = (
+                m.hidden_size * m.q_lora_rank + m.q_lora_rank * heads * qk_head
+                if m.q_lora_rank
+                else m.hidden_size * heads * qk_head
+            )
+            kv_lora = m.kv_lora_rank or 0
+            rope = m.qk_rope_head_dim or 0
+            self.attn_weights = (
+                q_proj
+                + m.hidden_size * (kv_lora + rope)
+                + kv_lora * heads * ((m.qk_nope_head_dim or 0) + v_head)
+                + heads * v_head * m.hidden_size
+            )
+            self.extend_flops_per_pair = 2 * heads * (qk_head + v_head)
+            self.decode_flops_per_ctx = 2 * heads * (2 * kv_lora + rope)
+        else:
+            hd = m.head_dim
+            self.attn_weights = (
+                m.hidden_size * heads * hd * 2 + m.hidden_size * m.num_key_value_heads * hd * 2
+            )
+            self.extend_flops_per_pair = 2 * heads * 2 * hd
+            self.decode_flops_per_ctx = 2 * heads * 2 * hd
+        self.kv_bytes_per_token_layer = m.kv_elements_per_token_per_layer * device.kv_bytes
+        dense_layers = m.first_k_dense_replace if m.is_moe else m.num_hidden_layers
+        self.dense_layers = min(dense_layers or 0, m.num_hidden_layers)
+        self.moe_layers = m.num_hidden_layers - self.dense_layers
+        self.dense_mlp_weights = 3 * m.hidden_size * (m.intermediate_size or 0)
+        self.expert_weights = 3 * m.hidden_size * (m.moe_intermediate_size or 0)
+
+    # -- pieces -------------------------------------------------------------------------
+    def _roof(self, flops: float, nbytes: float, flop_eff: float) -> float:
+        d = self.device
+        return max(flops / (d.peak_flops * flop_eff), nbytes / (d.hbm_bytes_per_s * d.mem_efficiency))
+
+    def attention_layer_s(self, w: RankWork) -> float:
+        """One layer's attention (projections + core) on one rank."""
+        if w.kind == "idle" or w.new_tokens == 0:
+            return 0.0
+        d = self.device
+        proj = self._roof(2 * w.new_tokens * self.attn_weights, self.attn_weights * d.weight_bytes, d.gemm_efficiency)
+        kv_bytes = w.context_tokens * self.kv_bytes_per_token_layer
+        if w.kind == "extend":
+            core = self._roof(w.attn_pairs * self.extend_flops_per_pair, kv_bytes, d.attn_efficiency)
+        else:
+            core = self._roof(w.context_tokens * self.decode_flops_per_ctx, kv_bytes, d.attn_efficiency)
+        return proj + core
+
+    def dense_mlp_layer_s(self, w: RankWork) -> float:
+        if w.new_tokens == 0:
+            return 0.0
+        d = self.device
+        return self._roof(
+            2 * w.new_tokens * self.dense_mlp_weights, self.dense_mlp_weights * d.weight_bytes, d.gemm_efficiency
+        )
+
+    def moe_layer_s(self, total_tokens: int) -> float:
+        m, d, n = self.model, self.device, self.dp_size
+        if total_tokens == 0 or not m.is_moe:
+            return 0.0
+        experts = m.n_routed_experts or 0
+        top_k = m.num_experts_per_tok or 0
+        shared = m.n_shared_experts or 0
+        flops = 2 * self.expert_weights * total_tokens * (top_k + shared) / n
+        touched = (experts / n) * (1.0 - (1.0 - 1.0 / experts) ** (total_tokens * top_k))
+        nbytes = (touched + shared) * self.expert_weights * d.weight_bytes
+        return self._roof(flops, nbytes, d.gemm_efficiency)
+
+    def collective_layer_s(self, total_tokens: int) -> float:
+        d, n = self.device, self.dp_size
+        volume = total_tokens * self.model.hidden_size * d.act_bytes * (n - 1) / n
+        one = d.collective_latency_s + volume / (d.link_bytes_per_s * d.link_efficiency)
+        return 2 * one
+
+    def lm_head_s(self, w: RankWork) -> float:
+        if w.num_reqs == 0:
+            return 0.0
+        m, d = self.model, self.device
+        weights = m.hidden_size * m.vocab_size
+        return self._roof(2 * w.num_reqs * weights, weights * d.weight_bytes, d.gemm_efficiency)
+
+    def attention_s(self, w: RankWork) -> float:
+        """Attention of one rank over all layers (what a calibration replaces)."""
+        return self.model.num_hidden_layers * self.attention_layer_s(w)
+
+    # -- the protocol -------------------------------------------------------------------
+    def step_time(self, ranks: Sequence[RankWork]) -> float:
+        return self._step_time(ranks, [self.attention_s(w) for w in ranks])
+
+    def _step_time(self, ranks: Sequence[RankWork], attention_s: Sequence[float]) -> float:
+        total = sum(w.new_tokens for w in ranks)
+        layers = self.model.num_hidden_layers
+        attn_per_layer = [a / layers for a in attention_s]
+        coll = self.collective_layer_s(total) if total else 0.0
+        dense = max(a + self.dense_mlp_layer_s(w) for a, w in zip(attn_per_layer, ranks, strict=True))
+        moe = max(attn_per_layer) + self.moe_layer_s(total)
+        body = self.dense_layers * (dense + coll) + self.moe_layers * (moe + coll)
+        head = max(self.lm_head_s(w) for w in ranks)
+        return body + head + self.device.step_overhead_s
+
+    def describe(self) -> str:
+        return (
+            f"roofline defaults: {self.device.name}, model {self.model.name}, dp_size {self.dp_size} "
+            "(no calibration file)"
+        )
+
+
+class CalibratedModel(RooflineModel):
+    """Attention from a kernel calibration file; everything else from the roofline."""
+
+    name = "calibrated"
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        dp_size: int,
+        calibration_path: str | Path,
+        *,
+        allow_interpreter: bool = False,
+        device: DeviceRoofline = H200,
+    ) -> None:
+        super().__init__(model, dp_size, device)
+        from dpbench.kernels.calibration import load_calibration  # written by the kernels tier
+
+        self.path = Path(calibration_path)
+        self.calibration: Any = load_calibration(self.path, allow_interpreter=allow_interpreter)
+        # "layer" (estimate for one layer) or "forward" (all layers); the file says which.
+        self.scope = str(getattr(self.calibration, "scope", "layer"))
+        if self.scope not in ("layer", "forward"):
+            raise ValueError(
+                f"{self.path}: calibration scope must be 'layer' or 'forward', found {self.scope!r}"
+            )
+
+    def attention_s(self, w: RankWork) -> float:
+        if w.kind == "idle" or w.new_tokens == 0:
+            return 0.0
+        per_req_context = max(1, math.ceil(w.context_tokens / max(w.num_reqs, 1)))
+        est = float(
+            self.calibration.estimate_s(
+                w.kind, batch=max(w.num_reqs, 1), context=per_req_context, new_tokens=w.new_tokens
+            )
+        )
+        layers = self.model.num_hidden_layers if self.scope == "layer" else 1
+        d = self.device
+        proj = self._roof(2 * w.new_tokens * self.attn_weights, self.attn_weights * d.weight_bytes, d.gemm_efficiency)
+        return est * layers + self.model.num_hidden_layers * proj
+
+    def describe(self) -> str:
+        cal = self.calibration
+        return (
+            f"calibrated attention from {self.path} (device {getattr(cal, 'device', '?')}, "
+            f"SGLang {getattr(cal, 'sglang_version', '?')}); MoE, projections, collectives, LM head: "
+            f"roofline defaults ({self.device.name})"
+        )
+
+
+def make_cost_model(
+    model: ModelConfig, dp_size: int, calibration: str | Path | None = None, *, allow_interpreter: bool = False
+) -> ExecutionTimeModel:
+    if calibration is None:
+        return RooflineModel(model, dp_size)
+    return CalibratedModel(model, dp_size, calibration, allow_interpreter=allow_interpreter)

@@ -1,0 +1,316 @@
+"""One DP rank's scheduler state and pass, mirroring SGLang's ``get_next_batch_to_run`` with its real adder and delayer.
+
+A pass (:meth:`RankScheduler.plan`) does what ``Scheduler.get_new_batch_prefill``
+does: build a ``PrefillDelayerSinglePassExecutor`` with the rank's token usage, build
+SGLang's real ``PrefillAdder`` over the rank's state, continue the chunked request
+with ``add_chunked_req``, offer the waiting queue (FCFS: SGLang's default policy)
+to ``add_one_req`` until a non-``CONTINUE`` result, ``finalize`` the executor with the
+admitted batch size, and update ``max_prefill_bs`` as the release does. With no
+prefill batch, the rank decodes its running batch (``update_running_batch``:
+retracting when the next decode does not fit in the KV pool) or idles.
+
+The twin owns the stateful rest (:meth:`RankScheduler.complete`): KV allocated from
+SGLang's real ``TokenToKVPoolAllocator`` for every admitted extend token and every
+decoded token, freed when a request finishes or is retracted. It never reads a clock:
+time stamps come from the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpbench.sglang_compat.delayer import (
+    MaxPrefillBs,
+    Outcome,
+    PassExecutor,
+    RecordingCollector,
+    ReqProgress,
+    new_pass,
+    scheduler_breaks_on_spent_budget,
+)
+from dpbench.twin.config import SchedulerSettings
+
+KIND_IDLE, KIND_DECODE, KIND_EXTEND = 0, 1, 2
+KIND_NAMES = {KIND_IDLE: "idle", KIND_DECODE: "decode", KIND_EXTEND: "extend"}
+
+
+@dataclass
+class TrackedReq:
+    """The twin's bookkeeping for one SGLang ``Req`` served by this rank."""
+
+    index: int  # position in the trace
+    req: Any  # SGLang's Req
+    arrival_s: float
+    max_new_tokens: int
+    kv_slots: list[Any] = field(default_factory=list)  # allocator index tensors, in token order
+    kv_tokens: int = 0
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    retractions: int = 0
+
+
+@dataclass
+class PassPlan:
+    """What one rank runs this step, and what its delayer saw."""
+
+    kind: int
+    batch: list[TrackedReq]
+    new_tokens: int  # extend tokens (extend) or batch size (decode)
+    context_tokens: int  # KV tokens attention reads (after this step's tokens)
+    attn_pairs: int  # query×key pairs of the extend attention (0 for decode)
+    outcome: Outcome | None
+    reported_prefillable: bool | None
+    admitted: int  # requests the adder admitted this pass (0: no prefill)
+    retracted: int
+
+
+class RankScheduler:
+    """One DP rank: waiting queue, running batch, chunked request, KV pool, and the real adder/delayer."""
+
+    def __init__(
+        self,
+        *,
+        kit: Any,
+        settings: SchedulerSettings,
+        dp_size: int,
+        kv_tokens: int,
+        delayer: Any | None,
+        collector: RecordingCollector | None,
+    ) -> None:
+        from sglang.srt.environ import envs
+
+        self.kit = kit
+        self.settings = settings
+        self.allocator = kit.new_allocator(kv_tokens)
+        # Tree-less RadixCache (prefix sharing off): SGLang's ChunkCache behaviour.
+        self.tree_cache = kit.new_tree_cache(self.allocator, disable=True)
+        self.kv_capacity = kv_tokens
+        self.delayer = delayer
+        self.collector = collector
+        self.progress = ReqProgress(kit.api.Req)
+        self.break_on_spent_budget = scheduler_breaks_on_spent_budget()
+        self.max_prefill_bs = MaxPrefillBs()
+        self.chunk_size = settings.per_rank_chunked_prefill_size(dp_size)
+        self.max_running = settings.per_rank_max_running_requests(dp_size)
+        self.waiting: list[TrackedReq] = []
+        self.running: list[TrackedReq] = []
+        self.chunked: TrackedReq | None = None
+        self.batch_is_full = False
+        # SGLang's NewTokenRatioTracker defaults (schedule_conservativeness 1.0).
+        self.ratio_init = min(envs.SGLANG_INIT_NEW_TOKEN_RATIO.get(), 1.0)
+        self.ratio_min = min(self.ratio_init * envs.SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.get(), 1.0)
+        self.ratio_decay = (self.ratio_init - self.ratio_min) / envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get()
+        self.retract_decode_steps = envs.SGLANG_RETRACT_DECODE_STEPS.get()
+        self.new_token_ratio = self.ratio_init
+        self._by_req: dict[int, TrackedReq] = {}
+
+    # -- state --------------------------------------------------------------------------
+    @property
+    def kv_used(self) -> int:
+        return self.kv_capacity - int(self.allocator.available_size())
+
+    @property
+    def load(self) -> int:
+        """Requests this rank holds (waiting + running + chunked): shortest-queue dispatch compares it."""
+        return len(self.waiting) + len(self.running) + (self.chunked is not None)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.chunked is not None)
+
+    def enqueue(self, tracked: TrackedReq) -> None:
+        self._by_req[id(tracked.req)] = tracked
+        self.waiting.append(tracked)
+
+    # -- one pass -----------------------------------------------------------------------
+    def plan(self) -> PassPlan:
+        """Decide this rank's forward for the step (SGLang's ``get_next_batch_to_run``)."""
+        executor: PassExecutor | None = None
+        self.max_prefill_bs.before_pass()
+        if self.delayer is not None:
+            executor = new_pass(self.delayer, self.collector, token_usage=self.kv_used / self.kv_capacity)
+        batch, new_chunked = self._prefill_raw(executor)
+        admitted = len(batch)
+        outcome = None
+        reported = None
+        if executor is not None:
+            observed, outcome = executor.finalize(admitted)
+            reported = executor.reported_prefillable
+            self.max_prefill_bs.after_pass(observed, admitted)
+        else:
+            self.max_prefill_bs.after_pass(admitted, admitted)
+        if batch:
+            self.chunked = new_chunked
+            new_tokens = 0
+            ctx = 0
+            pairs = 0
+            for t in batch:
+                n = self.progress.extend_tokens(t.req)
+                p = self.progress.computed(t.req)
+                new_tokens += n
+                ctx += p + n
+                pairs += n * p + n * (n + 1) // 2
+            return PassPlan(KIND_EXTEND, batch, new_tokens, ctx, pairs, outcome, reported, admitted, 0)
+        retracted = self._make_room_for_decode()
+        if self.running:
+            ctx = sum(t.kv_tokens + 1 for t in self.running)
+            return PassPlan(KIND_DECODE, list(self.running), len(self.running), ctx, 0, outcome, reported, 0, retracted)
+        return PassPlan(KIND_IDLE, [], 0, 0, 0, outcome, reported, 0, retracted)
+
+    def _prefill_raw(self, executor: PassExecutor | None) -> tuple[list[TrackedReq], TrackedReq | None]:
+        """SGLang's ``_get_new_batch_prefill_raw``: the admitted batch and the next chunked request."""
+        kit = self.kit
+        if self.running == [] and self.batch_is_full:
+            self.batch_is_full = False
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return [], None
+        running_bs = len(self.running)
+        if self.max_running - running_bs <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return [], None
+        running_batch = kit.new_running_batch(t.req for t in self.running)
+        adder = kit.new_adder(
+            allocator=self.allocator,
+            tree_cache=self.tree_cache,
+            running_batch=running_batch,
+            rem_input_tokens=self.settings.max_prefill_tokens,
+            rem_chunk_tokens=self.chunk_size,
+            new_token_ratio=self.new_token_ratio,
+            prefill_delayer_single_pass=executor,
+            max_prefill_bs=self.max_prefill_bs.value,
+            max_running_requests=self.max_running,
+            waiting_queue_len=len(self.waiting),
+        )
+        continuing = self.chunked
+        if continuing is not None:
+            left = kit.add_chunked_req(adder, continuing.req)
+            self.chunked = continuing if left is not None else None
+        result = kit.AddReqResult
+        for tracked in self.waiting:
+            if self.break_on_spent_budget and adder.budget_state() == result.OTHER:
+                break
+            if len(adder.can_run_list) >= self.max_running - running_bs:
+                self.batch_is_full = True
+            if self.batch_is_full:
+                break
+            res = kit.add_one_req(adder, tracked.req, has_chunked_req=self.chunked is not None)
+            if res != result.CONTINUE:
+                if res == result.NO_TOKEN:
+                    self.batch_is_full = len(adder.can_run_list) > 0 or bool(self.running)
+                break
+        admitted = adder.can_run_list
+        if not admitted:
+            return [], self.chunked
+        admitted_ids = {id(r) for r in admitted}
+        self.waiting = [t for t in self.waiting if id(t.req) not in admitted_ids]
+        batch = [self._by_req[id(r)] for r in admitted]
+        new_chunked = self.chunked
+        if adder.new_chunked_req is not None:
+            new_chunked = self._by_req[id(adder.new_chunked_req)]
+        return batch, new_chunked
+
+    def _make_room_for_decode(self) -> int:
+        """SGLang's ``update_running_batch``: retract until the next decode fits, else decay the ratio."""
+        if not self.running:
+            return 0
+        free = int(self.allocator.available_size())
+        if free >= len(self.running):
+            self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.ratio_min)
+            return 0
+        # SGLang's retraction order: keep long outputs, retract short-output/long-input first.
+        order = sorted(
+            range(len(self.running)),
+            key=lambda i: (len(self.running[i].req.output_ids), -len(self.running[i].req.origin_input_ids)),
+            reverse=True,
+        )
+        retracted = []
+        while len(order) > 1 and (free < len(order) or not retracted):
+            victim = self.running[order.pop()]
+            free += self._release(victim)
+            victim.req.reset_for_retract()
+            victim.retractions += 1
+            retracted.append(victim)
+        keep = set(order)
+        self.running = [t for i, t in enumerate(self.running) if i in keep]
+        reqs = [t.req for t in self.running]
+        decoded = sum(len(r.output_ids) for r in reqs)
+        max_new = sum(r.sampling_params.max_new_tokens for r in reqs)
+        self.new_token_ratio = min(1.0, (decoded + self.retract_decode_steps * len(reqs)) / (max_new + 1))
+        self.waiting.extend(retracted)
+        self.batch_is_full = False
+        return len(retracted)
+
+    # -- effects of the step ------------------------------------------------------------
+    def complete(self, plan: PassPlan, end_s: float) -> list[TrackedReq]:
+        """Apply the step's forward to the rank's state at simulated time ``end_s``; return finished requests."""
+        finished: list[TrackedReq] = []
+        if plan.kind == KIND_EXTEND:
+            for t in plan.batch:
+                n = self.progress.extend_tokens(t.req)
+                self._grow(t, n)
+                self.progress.set_computed(t.req, self._slots(t))
+                if t is self.chunked:
+                    continue  # mid-prompt: no token yet
+                if self._emit_token(t, end_s):
+                    finished.append(t)
+                else:
+                    self.running.append(t)
+        elif plan.kind == KIND_DECODE:
+            slots = self.allocator.alloc(len(plan.batch))
+            if slots is None:
+                raise RuntimeError(
+                    f"decode of {len(plan.batch)} requests found {self.allocator.available_size()} free KV slots "
+                    "after retraction"
+                )
+            for i, t in enumerate(plan.batch):
+                t.kv_slots.append(slots[i : i + 1])
+                t.kv_tokens += 1
+                if self._emit_token(t, end_s):
+                    finished.append(t)
+            if finished:
+                done = {id(t) for t in finished}
+                self.running = [t for t in self.running if id(t) not in done]
+        for t in finished:
+            self._release(t)
+            t.finish_s = end_s
+            del self._by_req[id(t.req)]
+        if finished:
+            self.batch_is_full = False
+        if not self.has_work:
+            self.new_token_ratio = self.ratio_init
+        return finished
+
+    def _emit_token(self, t: TrackedReq, end_s: float) -> bool:
+        """One output token for ``t``; True when it reaches max_new_tokens."""
+        t.req.output_ids.append(0)
+        if t.first_token_s is None:
+            t.first_token_s = end_s
+        return len(t.req.output_ids) >= t.max_new_tokens
+
+    def _grow(self, t: TrackedReq, n: int) -> None:
+        if n <= 0:
+            return
+        slots = self.allocator.alloc(n)
+        if slots is None:
+            raise RuntimeError(
+                f"request {t.req.rid}: the adder admitted {n} extend tokens but the KV pool has "
+                f"{self.allocator.available_size()} free slots"
+            )
+        t.kv_slots.append(slots)
+        t.kv_tokens += n
+
+    def _slots(self, t: TrackedReq) -> Any:
+        import torch
+
+        if len(t.kv_slots) > 1:
+            t.kv_slots = [torch.cat(t.kv_slots)]
+        return t.kv_slots[0] if t.kv_slots else torch.empty((0,), dtype=torch.int64)
+
+    def _release(self, t: TrackedReq) -> int:
+        n = t.kv_tokens
+        if t.kv_slots:
+            self.allocator.free(self._slots(t))
+        t.kv_slots = []
+        t.kv_tokens = 0
+        return n

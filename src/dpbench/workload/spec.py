@@ -1,0 +1,469 @@
+"""Workload spec: the YAML schema (pydantic), loading by name or path, and its hash.
+
+A spec says what to send (length distributions, shared prefixes, multi-turn sessions),
+when to send it (arrival process), which model it is sized for, and what KV-cache
+utilization the planner should aim each DP rank at. ``load_spec`` raises one
+``WorkloadSpecError`` naming the field, the value found and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import model_validator as _model_validator
+
+from dpbench.paths import workloads_dir
+from dpbench.workload.models import ModelConfigError, resolve_model_path
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Share = Annotated[float, Field(gt=0, le=1)]
+
+# Big enough for any benchmark, small enough that a typo (an extra 0) is caught early.
+MAX_REQUESTS = 10_000_000
+MAX_TOKENS = 10_000_000
+
+
+class WorkloadSpecError(ValueError):
+    """A workload spec that cannot be used; the message names field, value found and what is allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+# ---- length distributions (token counts, integers ≥ 1) -------------------------------------
+
+
+class FixedLength(_Strict):
+    """Every request gets exactly ``value`` tokens."""
+
+    kind: Literal["fixed"]
+    value: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+
+
+class UniformLength(_Strict):
+    """Integers drawn uniformly from ``low``..``high`` inclusive."""
+
+    kind: Literal["uniform"]
+    low: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+    high: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+
+    @_model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.high < self.low:
+            raise ValueError(f"`high` ({self.high}) must be ≥ `low` ({self.low})")
+        return self
+
+
+class LogNormalLength(_Strict):
+    """``round(median × exp(sigma × N(0,1)))`` clipped to ``min``..``max``.
+
+    Before clipping the mean is ``median × exp(sigma² / 2)``.
+    """
+
+    kind: Literal["lognormal"]
+    median: Annotated[float, Field(gt=0, le=MAX_TOKENS)]
+    sigma: Annotated[float, Field(gt=0, le=4)]
+    min: Annotated[int, Field(gt=0, le=MAX_TOKENS)] = 1
+    max: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+
+    @_model_validator(mode="after")
+    def _ordered(self) -> LogNormalLength:
+        if self.max < self.min:
+            raise ValueError(f"`max` ({self.max}) must be ≥ `min` ({self.min})")
+        return self
+
+
+class EmpiricalLength(_Strict):
+    """A histogram: bin ``i`` (``edges[i]`` ≤ length < ``edges[i+1]``) drawn with ``weights[i]``,
+    then a length uniform inside the bin."""
+
+    kind: Literal["empirical"]
+    edges: Annotated[list[Annotated[int, Field(gt=0, le=MAX_TOKENS)]], Field(min_length=2)]
+    weights: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1)]
+
+    @_model_validator(mode="after")
+    def _consistent(self) -> EmpiricalLength:
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError(f"`edges` must be strictly increasing; found {self.edges}")
+        if len(self.weights) != len(self.edges) - 1:
+            raise ValueError(
+                f"`weights` needs one entry per bin, len(edges) - 1 = {len(self.edges) - 1}; "
+                f"found {len(self.weights)}"
+            )
+        if sum(self.weights) <= 0:
+            raise ValueError(f"`weights` must have a positive sum; found {self.weights}")
+        return self
+
+
+LengthDist = Annotated[
+    FixedLength | UniformLength | LogNormalLength | EmpiricalLength, Field(discriminator="kind")
+]
+
+
+# ---- durations (seconds, floats ≥ 0) --------------------------------------------------------
+
+
+class FixedSeconds(_Strict):
+    kind: Literal["fixed"]
+    value: NonNegativeFloat
+
+
+class UniformSeconds(_Strict):
+    kind: Literal["uniform"]
+    low: NonNegativeFloat
+    high: NonNegativeFloat
+
+    @_model_validator(mode="after")
+    def _ordered(self) -> UniformSeconds:
+        if self.high < self.low:
+            raise ValueError(f"`high` ({self.high}) must be ≥ `low` ({self.low})")
+        return self
+
+
+class ExponentialSeconds(_Strict):
+    kind: Literal["exponential"]
+    mean: PositiveFloat
+
+
+SecondsDist = Annotated[
+    FixedSeconds | UniformSeconds | ExponentialSeconds, Field(discriminator="kind")
+]
+
+
+# ---- arrival processes ----------------------------------------------------------------------
+
+
+class PoissonArrivals(_Strict):
+    """Exponential gaps with mean ``1 / rate_per_s``; the first request at 0 s."""
+
+    process: Literal["poisson"]
+    rate_per_s: PositiveFloat
+
+
+class GammaArrivals(_Strict):
+    """Gamma gaps, mean ``1 / rate_per_s``, shape ``burstiness`` (as in SGLang's and vLLM's
+    bench_serving): 1 is Poisson, below 1 burstier (CV² = 1 / burstiness), above 1 smoother."""
+
+    process: Literal["gamma"]
+    rate_per_s: PositiveFloat
+    burstiness: PositiveFloat
+
+
+class Burst(_Strict):
+    """``share`` of all requests (or sessions) arrive uniformly within ``at_s`` .. ``at_s + over_s``."""
+
+    at_s: NonNegativeFloat
+    share: Share
+    over_s: NonNegativeFloat = 0.0
+
+
+class BurstArrivals(_Strict):
+    process: Literal["bursts"]
+    bursts: Annotated[list[Burst], Field(min_length=1)]
+
+    @_model_validator(mode="after")
+    def _shares_sum_to_one(self) -> BurstArrivals:
+        total = sum(b.share for b in self.bursts)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"the bursts' `share` values must sum to 1; found a sum of {total:g}")
+        return self
+
+
+class ClosedLoopArrivals(_Strict):
+    """``concurrency`` requests in flight; a new one starts when one finishes (all ``arrival_s`` 0)."""
+
+    process: Literal["closed_loop"]
+    concurrency: PositiveInt
+
+
+ArrivalProcess = Annotated[
+    PoissonArrivals | GammaArrivals | BurstArrivals | ClosedLoopArrivals,
+    Field(discriminator="process"),
+]
+
+
+# ---- prefix reuse ---------------------------------------------------------------------------
+
+
+class SharedPrefix(_Strict):
+    """``share`` of requests (of sessions, when sessions are on) start with one of ``groups``
+    common prefixes of ``prefix_len`` tokens (a system prompt, tool definitions); the group is
+    drawn uniformly."""
+
+    groups: PositiveInt
+    prefix_len: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+    share: Share
+
+
+class Sessions(_Strict):
+    """Multi-turn conversations. Turn ``t`` sends the whole history (earlier prompts, a stand-in
+    for earlier replies of ``max_new_tokens`` tokens, the new user message drawn from
+    ``input_len``), so it begins with turn ``t-1``'s prompt: a prefix-cache hit. Turn ``t+1``
+    arrives ``think_time_s`` after turn ``t``; session starts follow ``arrival``."""
+
+    turns: LengthDist
+    think_time_s: SecondsDist
+
+
+# ---- planner assumptions --------------------------------------------------------------------
+
+KV_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DISPATCH_POLICIES = ("round_robin", "shortest_queue", "total_tokens")
+
+
+class PlannerAssumptions(_Strict):
+    """How the KV planner models service; printed with every plan.
+
+    A request holds ``input_len + max_new_tokens`` KV tokens on its DP rank from its start
+    until ``start + input_len / prefill_tokens_per_s + max_new_tokens / decode_tokens_per_s``
+    (per-request rates: no queueing, no preemption).
+    """
+
+    dispatch: Literal["round_robin", "shortest_queue", "total_tokens"] = "round_robin"
+    prefill_tokens_per_s: PositiveFloat = 10_000.0
+    decode_tokens_per_s: PositiveFloat = 30.0
+    kv_dtype: Literal["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"] = "bf16"
+    page_size: PositiveInt = 1
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return KV_DTYPE_BYTES[self.kv_dtype]
+
+
+# ---- the spec -------------------------------------------------------------------------------
+
+
+class WorkloadSpec(_Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)]
+    description: Annotated[str, Field(min_length=1)]
+    model: Annotated[Path, Field(strict=False)]
+    num_requests: Annotated[int, Field(gt=0, le=MAX_REQUESTS)]
+    input_len: LengthDist
+    output_len: LengthDist
+    ignore_eos: bool = True
+    shared_prefix: SharedPrefix | None = None
+    sessions: Sessions | None = None
+    arrival: ArrivalProcess
+    target_kv_util: Annotated[float, Field(gt=0, le=1)]
+    dp_size: Annotated[int, Field(gt=0, le=1024)]
+    seed: Annotated[int, Field(ge=0, lt=2**63)]
+    planner: PlannerAssumptions = PlannerAssumptions()
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _resolve_model(cls, value: Any, info: ValidationInfo) -> Path:
+        if not isinstance(value, str | Path) or not str(value):
+            raise ValueError(
+                f"`model` must be a config.json path or a shipped model name; found {value!r}"
+            )
+        base = (info.context or {}).get("base")
+        try:
+            return resolve_model_path(value, base=base)
+        except ModelConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+    @_model_validator(mode="after")
+    def _sessions_need_open_loop(self) -> WorkloadSpec:
+        if self.sessions is not None and isinstance(self.arrival, ClosedLoopArrivals):
+            raise ValueError(
+                "`sessions` need an open-loop `arrival.process` (poisson, gamma or bursts) to "
+                "time their turns; found closed_loop"
+            )
+        return self
+
+    def with_overrides(self, **changes: Any) -> WorkloadSpec:
+        """A validated copy with some top-level fields replaced (``seed=…``, ``num_requests=…``)."""
+        data = self.model_dump()
+        data.update(changes)
+        return _validate(data, source=f"{self.name} (overridden: {', '.join(sorted(changes))})")
+
+
+# ---- error messages -------------------------------------------------------------------------
+
+_UNION_FIELDS = {"input_len", "output_len", "turns", "think_time_s", "arrival"}
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The BaseModel classes an annotation can hold (through Annotated, Optional, unions, lists)."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, list):
+        out: list[Any] = []
+        for arg in typing.get_args(annotation):
+            out.extend(_unwrap(arg))
+        return out
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def _tag_of(cls: type[BaseModel]) -> str | None:
+    for key in ("kind", "process"):
+        field = cls.model_fields.get(key)
+        if field is not None:
+            return typing.get_args(field.annotation)[0]
+    return None
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that the location ``loc`` (pydantic's, tags included) points into."""
+    current: list[Any] = [WorkloadSpec]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        tagged = [c for c in current if _tag_of(c) == part]
+        if len(current) > 1 and tagged:
+            current = tagged
+            continue
+        nxt: list[Any] = []
+        for cls in current:
+            field = cls.model_fields.get(part)
+            if field is not None:
+                nxt.extend(_unwrap(field.annotation))
+        if not nxt:
+            return None
+        current = nxt
+    return current[0] if len(current) == 1 else None
+
+
+def _display_loc(loc: tuple[Any, ...]) -> str:
+    """``input_len.sigma`` for pydantic's ``('input_len', 'lognormal', 'sigma')``."""
+    shown = ""
+    prev: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            shown += f"[{part}]"
+        elif prev in _UNION_FIELDS and part in _TAGS:
+            pass  # pydantic puts the discriminator's tag in the location; readers never wrote it
+        else:
+            shown += f".{part}" if shown else str(part)
+        prev = part
+    return shown or "(top level)"
+
+
+_TAGS = {
+    "fixed", "uniform", "lognormal", "empirical", "exponential",
+    "poisson", "gamma", "bursts", "closed_loop",
+}
+
+
+def _allowed_for(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    loc = tuple(err["loc"])
+    if kind in ("extra_forbidden", "missing"):
+        cls = _model_at(loc[:-1])
+        if cls is not None:
+            names = [n for n in cls.model_fields if n not in ("kind", "process")]
+            req = [n for n, f in cls.model_fields.items() if f.is_required()]
+            return f"fields allowed here: {', '.join(names)} (required: {', '.join(req)})"
+    ctx = err.get("ctx") or {}
+    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        disc = ctx.get("discriminator", "kind").strip("'")
+        tags = ctx.get("expected_tags", "")
+        return f"`{disc}` must be one of {tags}"
+    if kind == "literal_error":
+        return f"allowed: {ctx.get('expected')}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return err["msg"].replace("Input should be", "allowed: a value")
+    if kind == "string_pattern_mismatch":
+        return "allowed: lower-case letters, digits and '-', starting with a letter or digit"
+    if kind in ("too_short", "too_long"):
+        return err["msg"].replace("List should have", "allowed: a list with")
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return "allowed: " + err["msg"].replace("Input should be ", "")
+    return ""
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One readable line for the first problem pydantic found (plus how many others there are)."""
+    errors = exc.errors(include_url=False)
+    err = errors[0]
+    where = _display_loc(tuple(err["loc"]))
+    kind = err["type"]
+    if kind == "value_error":
+        text = str((err.get("ctx") or {}).get("error", err["msg"]))
+        msg = f"{source}: `{where}`: {text}"
+    elif kind == "missing":
+        msg = f"{source}: `{where}` is required but missing; {_allowed_for(err)}"
+    elif kind == "extra_forbidden":
+        msg = f"{source}: `{where}` is not a known field (found {err['input']!r}); {_allowed_for(err)}"
+    else:
+        allowed = _allowed_for(err) or err["msg"]
+        msg = f"{source}: `{where}`: found {err['input']!r}; {allowed}"
+    if len(errors) > 1:
+        msg += f"  [{len(errors) - 1} more problem(s) after this one]"
+    return msg
+
+
+def _validate(data: Any, *, source: str, base: Path | None = None) -> WorkloadSpec:
+    if not isinstance(data, dict):
+        raise WorkloadSpecError(
+            f"{source}: a workload spec is a YAML mapping of fields; found {type(data).__name__}"
+        )
+    try:
+        return WorkloadSpec.model_validate(data, context={"base": base})
+    except ValidationError as exc:
+        raise WorkloadSpecError(format_validation_error(exc, source)) from None
+
+
+# ---- loading --------------------------------------------------------------------------------
+
+
+def spec_dir() -> Path:
+    return workloads_dir()
+
+
+def known_specs() -> list[str]:
+    """Names of the shipped specs (``workloads/*.yaml``)."""
+    return sorted(p.stem for p in spec_dir().glob("*.yaml"))
+
+
+def spec_path(name_or_path: str | Path) -> Path:
+    """The YAML file ``name_or_path`` means: an existing path, else ``workloads/<name>.yaml``."""
+    raw = Path(name_or_path).expanduser()
+    if raw.is_file():
+        return raw.resolve()
+    named = spec_dir() / f"{name_or_path}.yaml"
+    if named.is_file():
+        return named.resolve()
+    raise WorkloadSpecError(
+        f"workload {str(name_or_path)!r}: no such spec file or shipped name; "
+        f"shipped specs: {', '.join(known_specs()) or '(none found)'}"
+    )
+
+
+def parse_spec(text: str, *, source: str = "<string>", base: Path | None = None) -> WorkloadSpec:
+    """Validate YAML text as a spec; relative ``model`` paths resolve against ``base``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise WorkloadSpecError(f"{source}: not valid YAML{where}: {problem}") from None
+    return _validate(data, source=source, base=base)
+
+
+def load_spec(name_or_path: str | Path) -> WorkloadSpec:
+    """Load and validate a spec by shipped name (``long-prompt-burst``) or path."""
+    path = spec_path(name_or_path)
+    return parse_spec(path.read_text(encoding="utf-8"), source=str(path), base=path.parent)
+
+
+def spec_hash(spec: WorkloadSpec) -> str:
+    """``sha256:<hex>`` of the spec's content and its model config's bytes (not its path)."""
+    data = spec.model_dump(mode="json", exclude={"model"})
+    data["model_config_sha256"] = hashlib.sha256(Path(spec.model).read_bytes()).hexdigest()
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()

@@ -1,0 +1,397 @@
+"""Deterministic request traces: generate from a spec and seed, write/load JSONL, materialise ids.
+
+One JSON object a line, keys in this order::
+
+    {"id":"r000000","arrival_s":0.0,"input_len":2560,"prefix_group":3,"prefix_len":2048,
+     "max_new_tokens":384,"ignore_eos":true,"session":null,"turn":null}
+
+``input_len`` is the whole prompt, shared prefix included. Token ids are not stored by
+default: ``TraceRequest.token_ids(vocab_size)`` rebuilds them, identically everywhere, from a
+counter-based hash (splitmix64), so the first ``prefix_len`` ids of every request in a prefix
+group are the same, and turn ``t`` of a session begins with the whole prompt of turn ``t-1``.
+``write_trace(..., vocab_size=V)`` adds them as ``"input_ids"``.
+
+Same spec and seed → byte-identical file (for a given numpy version: arrivals and lengths come
+from ``numpy.random.Generator``; token ids do not depend on numpy at all).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dpbench.atomic import atomic_open
+from dpbench.workload.arrivals import arrival_offsets
+from dpbench.workload.distributions import mean_length, sample_lengths, sample_seconds
+from dpbench.workload.models import load_model_config
+from dpbench.workload.spec import WorkloadSpec, WorkloadSpecError
+
+Progress = Callable[[int], None]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_STREAM_GROUP = 1
+_STREAM_SESSION = 2
+_CHUNK = 10_000
+ARRIVAL_DECIMALS = 6  # arrival_s is written (and generated) rounded to the microsecond
+
+
+class TraceFormatError(ValueError):
+    """A trace file line that is not a valid request."""
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64, copy=True)
+        z ^= z >> np.uint64(30)
+        z *= _M1
+        z ^= z >> np.uint64(27)
+        z *= _M2
+        z ^= z >> np.uint64(31)
+    return z
+
+
+def _stream_key(kind: int, index: int) -> np.uint64:
+    return _splitmix64(np.array([(kind << 56) ^ index], dtype=np.uint64))[0]
+
+
+def _id_key(request_id: str) -> np.uint64:
+    return np.uint64(int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "little"))
+
+
+def stream_tokens(key: np.uint64, count: int, vocab_size: int) -> np.ndarray:
+    """Positions ``0..count-1`` of the token stream ``key``: ids in ``0..vocab_size-1``.
+
+    Position ``i`` depends only on ``key`` and ``i``, so a shorter read is a prefix of a longer one.
+    """
+    with np.errstate(over="ignore"):
+        state = key + (np.arange(1, count + 1, dtype=np.uint64) * _GOLDEN)
+    return (_splitmix64(state) % np.uint64(vocab_size)).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a trace; ``input_len`` counts the shared prefix too."""
+
+    id: str
+    arrival_s: float
+    input_len: int
+    prefix_group: int | None
+    prefix_len: int
+    max_new_tokens: int
+    ignore_eos: bool
+    session: int | None
+    turn: int | None
+
+    def token_ids(self, vocab_size: int) -> list[int]:
+        """The prompt as token ids in ``0..vocab_size-1`` (same result on every machine)."""
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be ≥ 2, got {vocab_size!r}")
+        parts = []
+        if self.prefix_group is not None and self.prefix_len > 0:
+            key = _stream_key(_STREAM_GROUP, self.prefix_group)
+            parts.append(stream_tokens(key, self.prefix_len, vocab_size))
+        own = (
+            _stream_key(_STREAM_SESSION, self.session)
+            if self.session is not None
+            else _id_key(self.id)
+        )
+        parts.append(stream_tokens(own, self.input_len - self.prefix_len, vocab_size))
+        return np.concatenate(parts).tolist()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "arrival_s": self.arrival_s,
+            "input_len": self.input_len,
+            "prefix_group": self.prefix_group,
+            "prefix_len": self.prefix_len,
+            "max_new_tokens": self.max_new_tokens,
+            "ignore_eos": self.ignore_eos,
+            "session": self.session,
+            "turn": self.turn,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TraceColumns:
+    """A trace as numpy columns (−1 where a request has no prefix group / session / turn)."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    prefix_group: np.ndarray
+    prefix_len: np.ndarray
+    max_new_tokens: np.ndarray
+    session: np.ndarray
+    turn: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def _rngs(seed: int, count: int) -> list[np.random.Generator]:
+    """Independent generators per concern, so changing one distribution leaves the others."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(count)]
+
+
+def _session_turns(spec: WorkloadSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Turns per session, enough to cover ``n`` requests; the last session is cut short."""
+    assert spec.sessions is not None
+    batch = max(16, math.ceil(n / max(mean_length(spec.sessions.turns), 1.0) * 1.1) + 16)
+    drawn: list[np.ndarray] = []
+    total = 0
+    while total < n:
+        part = sample_lengths(spec.sessions.turns, rng, batch)
+        drawn.append(part)
+        total += int(part.sum())
+    turns = np.concatenate(drawn)
+    ends = np.cumsum(turns)
+    count = int(np.searchsorted(ends, n)) + 1
+    turns = turns[:count].copy()
+    turns[-1] -= int(ends[count - 1]) - n
+    return turns
+
+
+def generate_columns(spec: WorkloadSpec, seed: int | None = None) -> TraceColumns:
+    """The trace for ``spec`` as numpy columns, sorted by arrival (ties keep generation order)."""
+    seed = spec.seed if seed is None else seed
+    if not 0 <= seed < 2**63:
+        raise WorkloadSpecError(f"seed must be an integer in 0..2**63-1; found {seed!r}")
+    n = spec.num_requests
+    rng_arrival, rng_input, rng_output, rng_prefix, rng_turns, rng_think = _rngs(seed, 6)
+    user = sample_lengths(spec.input_len, rng_input, n)
+    out = sample_lengths(spec.output_len, rng_output, n)
+
+    if spec.sessions is None:
+        units = n  # prefix groups are drawn per request
+        session = np.full(n, -1, dtype=np.int64)
+        turn = np.full(n, -1, dtype=np.int64)
+        history = np.zeros(n, dtype=np.int64)
+        arrivals = arrival_offsets(spec.arrival, rng_arrival, n)
+        unit_of = np.arange(n)
+    else:
+        turns = _session_turns(spec, rng_turns, n)
+        units = len(turns)  # prefix groups are drawn per session
+        unit_of = np.repeat(np.arange(units), turns)
+        first = np.cumsum(turns) - turns  # index of each session's first turn
+        session = unit_of.astype(np.int64)
+        turn = np.arange(n, dtype=np.int64) - first[unit_of]
+        # turn t resends earlier prompts and (stand-in) replies: Σ_{k<t} (user_k + out_k)
+        step = user + out
+        before = np.cumsum(step) - step
+        history = before - before[first][unit_of]
+        think = sample_seconds(spec.sessions.think_time_s, rng_think, n)
+        think[first] = 0.0
+        waited = np.cumsum(think)
+        waited -= waited[first][unit_of]
+        starts = arrival_offsets(spec.arrival, rng_arrival, units)
+        arrivals = starts[unit_of] + waited
+
+    if spec.shared_prefix is not None:
+        sp = spec.shared_prefix
+        has = rng_prefix.random(units) < sp.share
+        group_of_unit = np.where(has, rng_prefix.integers(0, sp.groups, size=units), -1)
+        prefix_group = group_of_unit[unit_of].astype(np.int64)
+        prefix_len = np.where(prefix_group >= 0, sp.prefix_len, 0).astype(np.int64)
+    else:
+        prefix_group = np.full(n, -1, dtype=np.int64)
+        prefix_len = np.zeros(n, dtype=np.int64)
+
+    input_len = prefix_len + history + user
+    arrivals = np.round(arrivals, ARRIVAL_DECIMALS)
+    order = np.argsort(arrivals, kind="stable")
+    cols = TraceColumns(
+        arrival_s=arrivals[order],
+        input_len=input_len[order],
+        prefix_group=prefix_group[order],
+        prefix_len=prefix_len[order],
+        max_new_tokens=out[order],
+        session=session[order],
+        turn=turn[order],
+    )
+    _check_context(spec, cols)
+    return cols
+
+
+def _check_context(spec: WorkloadSpec, cols: TraceColumns) -> None:
+    model = load_model_config(spec.model)
+    if not model.max_position_embeddings or not len(cols):
+        return
+    total = cols.input_len + cols.max_new_tokens
+    worst = int(np.argmax(total))
+    if total[worst] > model.max_position_embeddings:
+        raise WorkloadSpecError(
+            f"{spec.name}: a request needs {int(total[worst])} tokens of context "
+            f"(input_len {int(cols.input_len[worst])} + max_new_tokens "
+            f"{int(cols.max_new_tokens[worst])}) but {model.name} allows "
+            f"max_position_embeddings = {model.max_position_embeddings}; lower the `max` of "
+            f"`input_len`/`output_len` or the session `turns`"
+        )
+
+
+def _request_ids(n: int) -> list[str]:
+    width = max(6, len(str(max(n - 1, 0))))
+    return [f"r{i:0{width}d}" for i in range(n)]
+
+
+def to_requests(
+    cols: TraceColumns, *, ignore_eos: bool = True, on_progress: Progress | None = None
+) -> list[TraceRequest]:
+    """TraceRequest objects for columns (ids ``r000000``… in arrival order)."""
+    n = len(cols)
+    ids = _request_ids(n)
+    arrival = cols.arrival_s.tolist()
+    input_len = cols.input_len.tolist()
+    group = [None if g < 0 else g for g in cols.prefix_group.tolist()]
+    prefix_len = cols.prefix_len.tolist()
+    out = cols.max_new_tokens.tolist()
+    session = [None if s < 0 else s for s in cols.session.tolist()]
+    turn = [None if t < 0 else t for t in cols.turn.tolist()]
+    reqs: list[TraceRequest] = []
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        reqs.extend(
+            TraceRequest(ids[i], arrival[i], input_len[i], group[i], prefix_len[i], out[i],
+                         ignore_eos, session[i], turn[i])
+            for i in range(lo, hi)
+        )
+        if on_progress is not None:
+            on_progress(hi - lo)
+    return reqs
+
+
+def generate_trace(
+    spec: WorkloadSpec, seed: int | None = None, *, on_progress: Progress | None = None
+) -> list[TraceRequest]:
+    """The requests of ``spec`` (with ``seed`` instead of ``spec.seed`` when given)."""
+    return to_requests(generate_columns(spec, seed), ignore_eos=spec.ignore_eos, on_progress=on_progress)
+
+
+def columns_of(reqs: Iterable[TraceRequest]) -> TraceColumns:
+    """Numpy columns for a list of requests (the inverse of ``to_requests``)."""
+    reqs = list(reqs)
+
+    def col(values: Iterable[object], dtype: type) -> np.ndarray:
+        return np.fromiter(values, dtype=dtype, count=len(reqs))
+
+    return TraceColumns(
+        arrival_s=col((r.arrival_s for r in reqs), np.float64),
+        input_len=col((r.input_len for r in reqs), np.int64),
+        prefix_group=col((-1 if r.prefix_group is None else r.prefix_group for r in reqs), np.int64),
+        prefix_len=col((r.prefix_len for r in reqs), np.int64),
+        max_new_tokens=col((r.max_new_tokens for r in reqs), np.int64),
+        session=col((-1 if r.session is None else r.session for r in reqs), np.int64),
+        turn=col((-1 if r.turn is None else r.turn for r in reqs), np.int64),
+    )
+
+
+# ---- JSONL ------------------------------------------------------------------------------------
+
+
+def _opt(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+def _line(r: TraceRequest, ids: list[int] | None) -> str:
+    extra = "" if ids is None else ',"input_ids":[' + ",".join(map(str, ids)) + "]"
+    return (
+        f'{{"id":{json.dumps(r.id)},"arrival_s":{r.arrival_s!r},"input_len":{r.input_len},'
+        f'"prefix_group":{_opt(r.prefix_group)},"prefix_len":{r.prefix_len},'
+        f'"max_new_tokens":{r.max_new_tokens},"ignore_eos":{"true" if r.ignore_eos else "false"},'
+        f'"session":{_opt(r.session)},"turn":{_opt(r.turn)}{extra}}}\n'
+    )
+
+
+def write_trace(
+    reqs: list[TraceRequest],
+    path: str | os.PathLike[str],
+    *,
+    vocab_size: int | None = None,
+    on_progress: Progress | None = None,
+) -> Path:
+    """Write ``reqs`` as JSONL, atomically (a failure leaves any previous file as it was).
+
+    With ``vocab_size`` each line also carries ``"input_ids"`` (large for long prompts).
+    """
+    target = Path(path)
+    with atomic_open(target, "w", encoding="utf-8", newline="\n") as fh:
+        for lo in range(0, len(reqs), _CHUNK):
+            chunk = reqs[lo : lo + _CHUNK]
+            fh.write("".join(
+                _line(r, None if vocab_size is None else r.token_ids(vocab_size)) for r in chunk
+            ))
+            if on_progress is not None:
+                on_progress(len(chunk))
+    return target
+
+
+_FIELDS: dict[str, tuple[type, bool]] = {  # name → (type, may be null)
+    "id": (str, False),
+    "arrival_s": (float, False),
+    "input_len": (int, False),
+    "prefix_group": (int, True),
+    "prefix_len": (int, False),
+    "max_new_tokens": (int, False),
+    "ignore_eos": (bool, False),
+    "session": (int, True),
+    "turn": (int, True),
+}
+
+
+def _parse_line(text: str, where: str) -> TraceRequest:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: expected a JSON object, found {type(obj).__name__}")
+    values = {}
+    for key, (kind, nullable) in _FIELDS.items():
+        if key not in obj:
+            raise TraceFormatError(f"{where}: missing key {key!r}; each line needs {', '.join(_FIELDS)}")
+        value = obj[key]
+        if value is None and nullable:
+            values[key] = None
+            continue
+        ok = (
+            isinstance(value, int | float) and not isinstance(value, bool)
+            if kind is float
+            else isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        )
+        if not ok or (kind is int and value < 0):
+            allowed = {int: "a non-negative integer", float: "a number", bool: "true or false",
+                       str: "a string"}[kind] + (" or null" if nullable else "")
+            raise TraceFormatError(f"{where}: {key!r} is {value!r}; allowed: {allowed}")
+        values[key] = float(value) if kind is float else value
+    req = TraceRequest(**values)
+    if req.input_len < 1 or req.prefix_len > req.input_len or req.max_new_tokens < 1:
+        raise TraceFormatError(
+            f"{where}: need input_len ≥ 1, prefix_len ≤ input_len and max_new_tokens ≥ 1; found "
+            f"input_len={req.input_len}, prefix_len={req.prefix_len}, max_new_tokens={req.max_new_tokens}"
+        )
+    ids = obj.get("input_ids")
+    if ids is not None and len(ids) != req.input_len:
+        raise TraceFormatError(
+            f"{where}: input_ids has {len(ids)} ids but input_len is {req.input_len}"
+        )
+    return req
+
+
+def load_trace(path: str | os.PathLike[str]) -> list[TraceRequest]:
+    """Read a JSONL trace written by ``write_trace`` (``input_ids``, if present, are checked for
+    length and otherwise left out: ``token_ids`` rebuilds them)."""
+    source = Path(path)
+    reqs = []
+    with source.open(encoding="utf-8") as fh:
+        for lineno, text in enumerate(fh, start=1):
+            if text.strip():
+                reqs.append(_parse_line(text, f"{source}:{lineno}"))
+    return reqs
