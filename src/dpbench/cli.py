@@ -46,6 +46,7 @@ for _name, _module in _GROUPS:
 _COMMANDS: list[tuple[str, str, str]] = [
     ("releases", "dpbench.releases_cli", "releases_command"),
     ("bench", "dpbench.mainjob", "bench_command"),
+    ("asv-config", "dpbench.asvconf", "asv_config_command"),
     ("compare", "dpbench.dashboard.compare_cli", "compare_command"),
 ]
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from dpbench import releases
 
+
 def releases_command(
     versions: list[str] = typer.Argument(None, help="SGLang versions (default: 0.5.16 0.5.17 0.5.23)"),
     repo: Path = typer.Option(None, help="where to build it (default: .cache/sglang-releases)"),

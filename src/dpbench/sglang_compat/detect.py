@@ -281,19 +281,16 @@ def _installed_commit() -> str | None:
     return None
 
 
-def sglang_info(generation: Generation | None = None) -> dict[str, Any]:
-    """``{"version", "commit", "generation"}`` of the installed SGLang for run results.
+def sglang_info(generation: Generation | None = None, *, components: Iterable[str] = COMPONENTS) -> dict[str, Any]:
+    """``{"version", "commit", "generation"}`` of the installed SGLang, for run results.
 
-    ``generation`` is detected (all components) unless given; an unsupported shape
-    gives ``"generation": None`` here rather than raising.
+    ``generation`` is detected over ``components`` unless given; an unsupported shape
+    raises :class:`UnsupportedSGLang` (benchmarks turn it into an asv skip).
     """
     if generation is None:
-        try:
-            generation = detect()
-        except UnsupportedSGLang:
-            generation = None
+        generation = detect(components=components)
     return {
         "version": _installed_version(),
         "commit": _installed_commit(),
-        "generation": generation.name if generation else None,
+        "generation": generation.name,
     }

@@ -53,12 +53,14 @@ def arrival_offsets(process: ArrivalProcess, rng: np.random.Generator, n: int) -
     return np.concatenate(([0.0], np.cumsum(gaps)))
 
 
-def describe(process: ArrivalProcess) -> str:
+def describe(process: ArrivalProcess, *, short: bool = False) -> str:
     match process:
         case PoissonArrivals():
             return f"Poisson, {process.rate_per_s:g} req/s"
         case GammaArrivals():
             return f"gamma, {process.rate_per_s:g} req/s, burstiness {process.burstiness:g}"
+        case BurstArrivals() if short:
+            return f"{len(process.bursts)} bursts"
         case BurstArrivals():
             parts = ", ".join(
                 f"{b.share:.0%} at {b.at_s:g}s (over {b.over_s:g}s)" for b in process.bursts

@@ -75,21 +75,24 @@ def _generate(spec: WorkloadSpec, seed: int | None):
 def list_specs() -> None:
     """The shipped specs (workloads/*.yaml)."""
     table = Table(title="workload specs (workloads/*.yaml)", title_justify="left")
-    for col in ("name", "requests", "arrival", "target KV", "DP", "model", "description"):
-        table.add_column(col, overflow="fold")
+    table.add_column("name", no_wrap=True)
+    for col in ("requests", "arrival", "target KV", "DP", "model"):
+        table.add_column(col)
+    notes = []
     with _clean_errors():
         for name in known_specs():
             spec = load_spec(name)
             table.add_row(
                 spec.name,
                 f"{spec.num_requests:,}",
-                arrivals.describe(spec.arrival),
+                arrivals.describe(spec.arrival, short=True),
                 f"{spec.target_kv_util:.0%}",
                 str(spec.dp_size),
                 Path(spec.model).parent.name,
-                spec.description,
             )
+            notes.append(f"  {spec.name}: {spec.description}")
     out.print(table)
+    out.print("\n".join(notes))
 
 
 @app.command()
@@ -97,7 +100,7 @@ def show(name: NameArg, seed: SeedOpt = None) -> None:
     """A spec, a summary of the trace it generates, and its KV plan at the spec's DP size."""
     with _clean_errors():
         spec = load_spec(name)
-        cols, reqs = _generate(spec, seed)
+        cols, _ = _generate(spec, seed)
         plan = plan_kv(spec, cols, spec.dp_size, spec.planner.dispatch)
     s = summarize(cols)
     out.print(f"[bold]{spec.name}[/bold]: {spec.description}")
@@ -114,7 +117,8 @@ def show(name: NameArg, seed: SeedOpt = None) -> None:
     if spec.sessions:
         out.print(f"  sessions         turns {distributions.describe(spec.sessions.turns)}, "
                   f"think time {distributions.describe(spec.sessions.think_time_s)} s")
-    out.print(f"  arrival          {arrivals.describe(spec.arrival)}")
+    starts = " (session starts)" if spec.sessions else ""
+    out.print(f"  arrival          {arrivals.describe(spec.arrival)}{starts}")
     out.print(f"  target KV util   {spec.target_kv_util:.0%} at DP {spec.dp_size}")
     out.print("[bold]trace[/bold]")
     rate = f"{s.mean_rate_per_s:,.2f} req/s" if s.mean_rate_per_s else "n/a (closed loop)"

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from fractions import Fraction
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from fractions import Fraction
 from typing import Any
 
 import numpy as np

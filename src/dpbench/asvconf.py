@@ -1,0 +1,36 @@
+"""`dpbench asv-config`: a copy of asv.conf.json pointed at a local SGLang clone (or any repo URL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dpbench.atomic import write_json
+from dpbench.paths import project_root
+
+
+def asv_config_command(
+    repo: str = typer.Option(..., help="SGLang repository: a local clone's path or a URL"),
+    out: Path = typer.Option(Path("asv.local.json"), "-o", "--out", help="config file to write"),
+    base: Path = typer.Option(None, help="config to start from (default: asv.conf.json)"),
+    branch: list[str] = typer.Option(None, help="branches to follow (default: the base's)"),
+) -> None:
+    """Write an asv config over another SGLang repository, e.g. a local clone on a GPU runner."""
+    from asv.util import load_json  # asv's loader accepts the // comments our configs carry
+
+    base = base or project_root() / "asv.conf.json"
+    conf = load_json(str(base), js_comments=True)
+    local = Path(repo).expanduser()
+    if local.exists():
+        if not (local / ".git").exists():
+            raise typer.BadParameter(f"{local} exists but is not a git clone (no .git); give a clone of SGLang")
+        if not (local / conf.get("repo_subdir", "") / "pyproject.toml").exists():
+            raise typer.BadParameter(
+                f"{local} has no {conf.get('repo_subdir', '')}/pyproject.toml; is it an SGLang clone?")
+        repo = str(local.resolve())
+    conf["repo"] = repo
+    if branch:
+        conf["branches"] = list(branch)
+    write_json(out, conf)
+    typer.echo(f"wrote {out}: asv run --config {out} <range>")

@@ -1,0 +1,130 @@
+"""The twin's metrics, computed in one place from the ranks' per-step and per-request records.
+
+Definitions (simulated time unless the name says wall):
+
+- A step's kind: ``extend`` if every non-idle rank extends, ``decode`` if every
+  non-idle rank decodes, ``mixed`` (DP-mixed) if some ranks extend while others
+  decode, ``idle`` if no rank runs a forward. ``dp_mixed_step_fraction`` = mixed /
+  non-idle steps. An idle rank beside extending ranks does not make a step mixed:
+  nothing of it waits on the prefill.
+- A *false prefillable report*: a rank told the delayer ``local_prefillable=True``,
+  the verdict allowed prefill, and the rank then admitted nothing (the PR #31835
+  failure mode). ``false_report_mixed_steps`` counts the DP-mixed steps that had one.
+- Delayer outcomes: the labels of SGLang's ``prefill_delayer_outcomes_total``
+  (input_estimation × output_allow × output_reason × actual_execution), summed over
+  ranks, one observation per rank per pass — as SGLang's collector counts them.
+- TTFT: first token's step end − arrival. Throughput: finished requests (output
+  tokens) / (last finish − first arrival).
+- KV utilization: used / pool tokens per rank after each step; p50 over all
+  (rank, step) samples, max over all.
+- ``scheduler_pass_us_p50``: real wall time of one rank's scheduler pass (SGLang's
+  adder and delayer, the delayer's gloo all-gather included), median over all passes;
+  ``passes_per_s``: lockstep steps per wall second of the loop.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dpbench.results import Metric
+from dpbench.twin.ranks import RankResult
+from dpbench.twin.scheduler import KIND_DECODE, KIND_EXTEND
+
+STEP_KINDS = ("extend", "decode", "mixed", "idle")
+
+
+def classify_steps(results: Sequence[RankResult]) -> np.ndarray:
+    """Per step: 0 extend, 1 decode, 2 mixed, 3 idle (index into STEP_KINDS)."""
+    kinds = np.stack([r.kind for r in results])  # ranks × steps
+    any_extend = (kinds == KIND_EXTEND).any(axis=0)
+    any_decode = (kinds == KIND_DECODE).any(axis=0)
+    out = np.full(kinds.shape[1], 3, dtype=np.int8)
+    out[any_extend & ~any_decode] = 0
+    out[~any_extend & any_decode] = 1
+    out[any_extend & any_decode] = 2
+    return out
+
+
+def false_reports(results: Sequence[RankResult]) -> np.ndarray:
+    """ranks × steps booleans: reported prefillable, allowed, admitted nothing."""
+    return np.stack([(r.reported == 1) & (r.allowed == 1) & (r.admitted == 0) for r in results])
+
+
+def outcome_counts(results: Sequence[RankResult]) -> Counter[tuple[str, str, str, str]]:
+    total: Counter[tuple[str, str, str, str]] = Counter()
+    for r in results:
+        valid = r.outcome[r.outcome >= 0]
+        for idx, count in zip(*np.unique(valid, return_counts=True), strict=True):
+            total[r.outcome_labels[int(idx)]] += int(count)
+    return total
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+def compute(results: Sequence[RankResult], *, delayer_on: bool) -> tuple[dict[str, Metric], dict[str, Any]]:
+    """Metrics for the run result, and the detail tables for its ``extra``."""
+    steps = classify_steps(results)
+    counts = {name: int((steps == i).sum()) for i, name in enumerate(STEP_KINDS)}
+    active = counts["extend"] + counts["decode"] + counts["mixed"]
+    mixed_fraction = counts["mixed"] / active if active else 0.0
+
+    reqs = np.array([q for r in results for q in r.requests], dtype=np.float64).reshape(-1, 6)
+    arrival, first, finish, out_tokens = reqs[:, 1], reqs[:, 2], reqs[:, 3], reqs[:, 4]
+    done = ~np.isnan(finish)
+    ttft_ms = (first[~np.isnan(first)] - arrival[~np.isnan(first)]) * 1e3
+    span = float(np.nanmax(finish) - np.min(arrival)) if done.any() else float("nan")
+
+    kv_util = np.concatenate([r.kv_used.astype(np.float64) / r.kv_capacity for r in results])
+    pass_us = np.concatenate([r.pass_us for r in results]).astype(np.float64)
+    loop_wall = max(r.loop_wall_s for r in results)
+    n_steps = results[0].steps
+
+    m: dict[str, Metric] = {
+        "dp_mixed_step_fraction": Metric(mixed_fraction, "fraction", "lower"),
+        "steps_count": Metric(n_steps, "steps", "none"),
+        "steps_extend_count": Metric(counts["extend"], "steps", "none"),
+        "steps_decode_count": Metric(counts["decode"], "steps", "none"),
+        "steps_mixed_count": Metric(counts["mixed"], "steps", "lower"),
+        "steps_idle_count": Metric(counts["idle"], "steps", "none"),
+        "ttft_ms_p50": Metric(_pct(ttft_ms, 50), "ms", "lower"),
+        "ttft_ms_p90": Metric(_pct(ttft_ms, 90), "ms", "lower"),
+        "ttft_ms_p99": Metric(_pct(ttft_ms, 99), "ms", "lower"),
+        "request_throughput_req_per_s": Metric(float(done.sum()) / span if span > 0 else 0.0, "req/s", "higher"),
+        "output_tokens_per_s": Metric(float(out_tokens[done].sum()) / span if span > 0 else 0.0, "tok/s", "higher"),
+        "simulated_duration_s": Metric(span, "s", "none"),
+        "requests_finished_count": Metric(int(done.sum()), "requests", "none"),
+        "kv_utilization_p50": Metric(_pct(kv_util, 50), "fraction", "none"),
+        "kv_utilization_max": Metric(float(kv_util.max()) if kv_util.size else 0.0, "fraction", "none"),
+        "retractions_count": Metric(sum(r.retractions for r in results), "requests", "lower"),
+        "scheduler_pass_us_p50": Metric(_pct(pass_us, 50), "us", "lower"),
+        "passes_per_s": Metric(n_steps / loop_wall if loop_wall > 0 else 0.0, "passes/s", "higher"),
+    }
+    extra: dict[str, Any] = {"step_kinds": STEP_KINDS}
+    if delayer_on:
+        fr = false_reports(results)
+        mixed = steps == 2
+        outcomes = outcome_counts(results)
+        m["false_prefillable_reports_count"] = Metric(int(fr.sum()), "reports", "lower")
+        m["false_report_mixed_steps_count"] = Metric(int((fr.any(axis=0) & mixed).sum()), "steps", "lower")
+        by_reason: Counter[str] = Counter()
+        for (_, _, reason, _), c in outcomes.items():
+            by_reason[reason or "none_prefillable"] += c
+        for reason in ("no_wait", "wait_success", "delay", "wait_timeout", "token_watermark", "none_prefillable"):
+            m[f"delayer_{reason}_count"] = Metric(by_reason.get(reason, 0), "passes", "none")
+        extra["prefill_delayer_outcomes_total"] = [
+            {
+                "input_estimation": k[0],
+                "output_allow": k[1],
+                "output_reason": k[2],
+                "actual_execution": k[3],
+                "count": c,
+            }
+            for k, c in sorted(outcomes.items())
+        ]
+    return m, extra

@@ -1,0 +1,434 @@
+"""N DP-rank processes joined by torch.distributed (gloo, loopback) stepping in lockstep; always reaped.
+
+The parent imports SGLang once, then forks one process per DP rank (``fork``
+start method: 4 ranks do not pay 4 imports). Each rank joins a gloo group on a free
+loopback port, builds the installed SGLang's real ``PrefillDelayer`` on it, and runs
+:func:`lockstep`. Per step every rank:
+
+1. takes the trace's arrivals up to the simulated clock (dispatch: round robin by
+   arrival index, or shortest queue by the loads all ranks gathered last step — the
+   same decision on every rank, so no coordinator is needed);
+2. runs one scheduler pass (:meth:`RankScheduler.plan`; the delayer's own all-gather
+   happens inside it, exactly once per pass);
+3. applies its forward to its state, then all-gathers what it ran (kind, tokens,
+   KV), so every rank computes the same step duration from the cost model and
+   advances the same clock — the one place simulated time moves.
+
+The parent watches the ranks: a rank that raises or dies, a hard deadline, or Ctrl-C
+ends the run with every rank process killed and joined, and a :class:`TwinRankError`
+that names the rank and the cause.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+
+from dpbench.twin.config import TwinConfig
+from dpbench.twin.cost import ExecutionTimeModel, RankWork
+from dpbench.twin.scheduler import KIND_EXTEND, KIND_IDLE, KIND_NAMES, RankScheduler, TrackedReq
+
+# Per-rank fields of the end-of-step all-gather.
+_F_KIND, _F_REQS, _F_NEW, _F_CTX, _F_PAIRS, _F_LOAD, _F_WORK, _F_KV, _F_DONE = range(9)
+_NUM_FIELDS = 9
+STALL_STEPS = 2000  # consecutive all-idle steps with work left: nothing can ever run
+
+
+class TwinRankError(RuntimeError):
+    """The twin stopped: a rank failed or died, the deadline passed, or the run was interrupted."""
+
+    def __init__(self, message: str, *, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """The trace as the ranks need it: arrival order, times, lengths (every rank holds all of it)."""
+
+    ids: tuple[str, ...]
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    max_new_tokens: np.ndarray
+    ignore_eos: bool
+    token_ids: Callable[[int], list[int]]  # index -> prompt token ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """Everything a rank process needs; inherited through fork, never pickled."""
+
+    config: TwinConfig
+    arrivals: Arrivals
+    kv_tokens: int
+    cost: ExecutionTimeModel
+    port: int
+    make_kit: Callable[[], Any]
+
+
+@dataclass
+class RankResult:
+    """What one rank sends back: per-step records, per-request times, delayer outcomes."""
+
+    rank: int
+    steps: int
+    kind: np.ndarray  # int8 per step
+    new_tokens: np.ndarray  # int32
+    kv_used: np.ndarray  # int32, after the step
+    outcome: np.ndarray  # int16 index into outcome_labels, -1: no delayer
+    reported: np.ndarray  # int8: 1 told the delayer prefillable, 0 not, -1 no delayer
+    allowed: np.ndarray  # int8: the delayer's verdict (1 allow), -1 no delayer
+    admitted: np.ndarray  # int16 requests admitted for prefill
+    pass_us: np.ndarray  # float32 wall time of the scheduler pass
+    outcome_labels: list[tuple[str, str, str, str]]
+    requests: list[tuple[int, float, float, float, int, int]]  # index, arrival, first, finish, out, retractions
+    retractions: int
+    kv_capacity: int
+    step_end_s: np.ndarray | None  # float64, identical on every rank; kept from rank 0
+    loop_wall_s: float
+    max_prefill_bs_kind: str
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the parent dies (no orphaned ranks)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and reaps us
+    _die_with_parent()
+    if os.getppid() != parent_pid:
+        os._exit(3)
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        import datetime
+
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{job.port}",
+            rank=rank,
+            world_size=job.config.dp_size,
+            timeout=datetime.timedelta(seconds=max(job.config.deadline_s, 30.0)),
+        )
+        result = lockstep(rank, job, dist.group.WORLD, progress=conn if rank == 0 else None)
+        conn.send(("result", rank, result))
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - everything goes to the parent
+        try:
+            conn.send(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        except Exception:  # noqa: BLE001
+            pass
+        conn.close()
+        os._exit(1)
+    conn.close()
+    os._exit(0)
+
+
+def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None = None) -> RankResult:
+    """The twin's main loop on one rank (see the module docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    from dpbench.sglang_compat.delayer import DelayerSettings, RecordingCollector, build_delayer
+
+    cfg = job.config
+    n = cfg.dp_size
+    s = cfg.scheduler
+    kit = job.make_kit()
+    collector = None
+    delayer = None
+    if s.enable_prefill_delayer:
+        collector = RecordingCollector()
+        delayer = build_delayer(
+            dp_size=n,
+            cpu_group=group,
+            settings=DelayerSettings(
+                max_delay_passes=s.prefill_delayer_max_delay_passes,
+                token_usage_low_watermark=s.prefill_delayer_token_usage_low_watermark,
+            ),
+            metrics_collector=collector,
+        )
+    sched = RankScheduler(
+        kit=kit, settings=s, dp_size=n, kv_tokens=job.kv_tokens, delayer=delayer, collector=collector
+    )
+    arrivals = job.arrivals
+    total = len(arrivals)
+    local = torch.zeros(_NUM_FIELDS, dtype=torch.int64)
+    gathered = torch.zeros(n * _NUM_FIELDS, dtype=torch.int64)
+
+    rec_kind: list[int] = []
+    rec_new: list[int] = []
+    rec_kv: list[int] = []
+    rec_outcome: list[int] = []
+    rec_reported: list[int] = []
+    rec_allowed: list[int] = []
+    rec_admitted: list[int] = []
+    rec_pass_us: list[float] = []
+    step_end: list[float] = []
+    labels: dict[tuple[str, str, str, str], int] = {}
+    served: list[TrackedReq] = []
+    retractions = 0
+
+    clock = 0.0
+    next_i = 0
+    loads = [0] * n
+    any_work = False
+    finished_local = 0
+    idle_run = 0
+    rr = 0
+    t_loop = time.perf_counter()
+    while True:
+        if not any_work:
+            if next_i >= total:
+                break
+            clock = max(clock, float(arrivals.arrival_s[next_i]))
+        # 1. dispatch the arrivals up to now (same decision on every rank)
+        while next_i < total and arrivals.arrival_s[next_i] <= clock:
+            if cfg.dispatch == "round_robin":
+                target = rr % n
+                rr += 1
+            else:
+                target = min(range(n), key=lambda r: (loads[r], r))
+            loads[target] += 1
+            if target == rank:
+                req = kit.new_req(
+                    arrivals.ids[next_i],
+                    arrivals.token_ids(next_i),
+                    max_new_tokens=int(arrivals.max_new_tokens[next_i]),
+                    ignore_eos=arrivals.ignore_eos,
+                )
+                tracked = TrackedReq(
+                    next_i, req, float(arrivals.arrival_s[next_i]), int(arrivals.max_new_tokens[next_i])
+                )
+                served.append(tracked)
+                sched.enqueue(tracked)
+            next_i += 1
+        # 2. the scheduler pass (SGLang's real adder + delayer)
+        t0 = time.perf_counter()
+        plan = sched.plan()
+        rec_pass_us.append((time.perf_counter() - t0) * 1e6)
+        # 3. the forward's effect on this rank, then everyone's forward
+        finished = sched.complete(plan, float("nan"))
+        finished_local += len(finished)
+        retractions += plan.retracted
+        local[_F_KIND] = plan.kind
+        local[_F_REQS] = len(plan.batch)
+        local[_F_NEW] = plan.new_tokens
+        local[_F_CTX] = plan.context_tokens
+        local[_F_PAIRS] = plan.attn_pairs
+        local[_F_LOAD] = sched.load
+        local[_F_WORK] = int(sched.has_work)
+        local[_F_KV] = sched.kv_used
+        local[_F_DONE] = finished_local
+        dist.all_gather_into_tensor(gathered, local, group=group)
+        rows = gathered.view(n, _NUM_FIELDS).tolist()
+        works = [
+            RankWork(KIND_NAMES[r[_F_KIND]], r[_F_REQS], r[_F_NEW], r[_F_CTX], r[_F_PAIRS]) for r in rows
+        ]
+        clock += job.cost.step_time(works)
+        step_end.append(clock)
+        # stamp this step's first tokens and finishes with its end time
+        if plan.kind == KIND_EXTEND or finished:
+            for t in plan.batch:
+                if t.first_token_s != t.first_token_s:  # NaN: got its first token this step
+                    t.first_token_s = clock
+            for t in finished:
+                t.finish_s = clock
+        loads = [r[_F_LOAD] for r in rows]
+        any_work = any(r[_F_WORK] for r in rows)
+        # records
+        rec_kind.append(plan.kind)
+        rec_new.append(plan.new_tokens)
+        rec_kv.append(sched.kv_used)
+        rec_admitted.append(plan.admitted)
+        if plan.outcome is not None:
+            key = plan.outcome.labels()
+            rec_outcome.append(labels.setdefault(key, len(labels)))
+            rec_reported.append(int(bool(plan.reported_prefillable)))
+            rec_allowed.append(int(plan.outcome.output_allow))
+        else:
+            rec_outcome.append(-1)
+            rec_reported.append(-1)
+            rec_allowed.append(-1)
+        if all(r[_F_KIND] == KIND_IDLE for r in rows) and any_work and next_i >= total:
+            idle_run += 1
+            if idle_run >= STALL_STEPS:
+                raise RuntimeError(
+                    f"no rank ran a forward for {STALL_STEPS} steps while requests wait: "
+                    f"rank {rank} holds {len(sched.waiting)} waiting, {len(sched.running)} running, "
+                    f"{sched.kv_used}/{sched.kv_capacity} KV tokens used; a request may not fit the KV pool"
+                )
+        else:
+            idle_run = 0
+        if progress is not None and len(step_end) % 256 == 0:
+            progress.send(("progress", rank, sum(r[_F_DONE] for r in rows), len(step_end), clock))
+    loop_wall = time.perf_counter() - t_loop
+    if progress is not None:
+        progress.send(("progress", rank, total, len(step_end), clock))
+
+    return RankResult(
+        rank=rank,
+        steps=len(rec_kind),
+        kind=np.asarray(rec_kind, dtype=np.int8),
+        new_tokens=np.asarray(rec_new, dtype=np.int32),
+        kv_used=np.asarray(rec_kv, dtype=np.int32),
+        outcome=np.asarray(rec_outcome, dtype=np.int16),
+        reported=np.asarray(rec_reported, dtype=np.int8),
+        allowed=np.asarray(rec_allowed, dtype=np.int8),
+        admitted=np.asarray(rec_admitted, dtype=np.int16),
+        pass_us=np.asarray(rec_pass_us, dtype=np.float32),
+        outcome_labels=[k for k, _ in sorted(labels.items(), key=lambda kv: kv[1])],
+        requests=[
+            (t.index, t.arrival_s, float(t.first_token_s or float("nan")), float(t.finish_s or float("nan")),
+             len(t.req.output_ids), t.retractions)
+            for t in served
+        ],
+        retractions=retractions,
+        kv_capacity=sched.kv_capacity,
+        step_end_s=np.asarray(step_end, dtype=np.float64) if rank == 0 else None,
+        loop_wall_s=loop_wall,
+        max_prefill_bs_kind=sched.max_prefill_bs.kind,
+    )
+
+
+ProgressFn = Callable[[int, int, float], None]  # finished requests, steps, simulated seconds
+
+
+def run_ranks(job: RankJob, *, on_progress: ProgressFn | None = None) -> list[RankResult]:
+    """Fork ``dp_size`` rank processes, wait for their results, and reap them whatever happens."""
+    n = job.config.dp_size
+    ctx = mp.get_context("fork")
+    procs: list[Any] = []
+    conns: list[Connection] = []
+    results: dict[int, RankResult] = {}
+    deadline = time.monotonic() + job.config.deadline_s
+    parent_pid = os.getpid()
+    try:
+        for rank in range(n):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_rank_main, args=(rank, job, send, parent_pid), name=f"dpbench-twin-rank{rank}")
+            p.daemon = True
+            p.start()
+            send.close()
+            procs.append(p)
+            conns.append(recv)
+        open_conns = {c: r for r, c in enumerate(conns)}
+        while len(results) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                alive = [r for r, p in enumerate(procs) if p.is_alive() and r not in results]
+                raise TwinRankError(
+                    f"deadline of {job.config.deadline_s:g} s passed; ranks {alive} were still running",
+                    rank=alive[0] if alive else None,
+                )
+            ready = wait(list(open_conns) + [p.sentinel for r, p in enumerate(procs) if r not in results],
+                         timeout=min(remaining, 1.0))
+            for obj in ready:
+                if obj in open_conns:
+                    rank = open_conns[obj]
+                    try:
+                        msg = obj.recv()
+                    except EOFError:
+                        del open_conns[obj]
+                        continue
+                    if msg[0] == "progress" and on_progress is not None:
+                        on_progress(msg[2], msg[3], msg[4])
+                    elif msg[0] == "result":
+                        results[rank] = msg[2]
+                    elif msg[0] == "error":
+                        _raise_first_failure(procs, open_conns, first=(rank, msg[2]))
+            for rank, p in enumerate(procs):
+                if rank not in results and p.exitcode is not None:
+                    # drain a result or error it may have sent just before exiting
+                    for c, r in list(open_conns.items()):
+                        if r == rank and c.poll():
+                            msg = c.recv()
+                            if msg[0] == "result":
+                                results[rank] = msg[2]
+                            elif msg[0] == "error":
+                                _raise_first_failure(procs, open_conns, first=(rank, msg[2]))
+                    if rank not in results:
+                        _raise_first_failure(procs, open_conns, first=None)
+        return [results[r] for r in range(n)]
+    finally:
+        reap(procs)
+        for c in conns:
+            c.close()
+
+
+def _exit_cause(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _raise_first_failure(procs: Sequence[Any], open_conns: dict[Connection, int], first: tuple[int, str] | None) -> None:
+    """Name the root cause: a rank killed by a signal beats the ranks whose collective then broke."""
+    time.sleep(0.3)  # let the other ranks report or exit
+    errors: dict[int, str] = {}
+    if first is not None:
+        errors[first[0]] = first[1]
+    for c, r in list(open_conns.items()):
+        try:
+            while c.poll():
+                msg = c.recv()
+                if msg[0] == "error":
+                    errors.setdefault(r, msg[2])
+        except (EOFError, OSError):
+            pass
+    for r, p in enumerate(procs):
+        if p.exitcode is not None and p.exitcode < 0:
+            raise TwinRankError(f"rank {r} {_exit_cause(p.exitcode)} (the run was stopped)", rank=r)
+    if errors:
+        r = min(errors) if first is None else first[0]
+        raise TwinRankError(f"rank {r} failed: {errors[r].strip()}", rank=r)
+    for r, p in enumerate(procs):
+        if p.exitcode is not None:
+            raise TwinRankError(f"rank {r} {_exit_cause(p.exitcode)} without reporting a result", rank=r)
+    raise TwinRankError("a rank stopped without a result or an error")
+
+
+def reap(procs: Sequence[Any], grace_s: float = 2.0) -> None:
+    """Kill and join every rank process that is still alive (SIGTERM, then SIGKILL)."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    end = time.monotonic() + grace_s
+    for p in procs:
+        p.join(timeout=max(0.0, end - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5.0)

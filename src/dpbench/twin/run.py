@@ -1,0 +1,224 @@
+"""Run the scheduler twin for a workload spec inside an SGLang environment; ``python -m dpbench.twin.run``.
+
+:func:`run_twin` is the library entry (asv benchmarks and the CLI call it, the CLI
+through a release environment): spec → trace → KV plan → cost model → SGLang imported
+once → rank processes (:mod:`dpbench.twin.ranks`) → metrics → a run result.
+
+As a module it writes the run result to ``-o`` and, with ``--events``, one JSON line
+per progress event on stdout (the CLI draws its progress bar from them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpbench.twin.config import DISPATCHES, SchedulerSettings, TwinConfig
+from dpbench.twin.cost import make_cost_model
+from dpbench.twin.metrics import classify_steps, compute
+from dpbench.twin.ranks import Arrivals, RankJob, RankResult, free_port, run_ranks
+
+ProgressFn = Callable[[int, int, int, float], None]  # finished, total, steps, simulated s
+
+
+def _import_sglang(config: TwinConfig) -> tuple[Any, dict[str, Any]]:
+    """Import SGLang's admission and delayer once (the rank processes inherit it) and describe it."""
+    from dpbench.sglang_compat import delayer as compat
+    from dpbench.sglang_compat.adder import AdderKit
+
+    s = config.scheduler
+    from sglang.srt.managers import prefill_delayer as pd
+
+    generation = compat.detect_generation(pd.PrefillDelayer)
+    if generation == compat.GENERATION_RUNTIME_CONTEXT:
+        compat.publish_runtime_context(
+            config.dp_size,
+            compat.DelayerSettings(
+                max_delay_passes=s.prefill_delayer_max_delay_passes,
+                token_usage_low_watermark=s.prefill_delayer_token_usage_low_watermark,
+            ),
+        )
+    kit = AdderKit(page_size=s.page_size)
+    info: dict[str, Any]
+    try:
+        from dpbench.sglang_compat.detect import sglang_info
+
+        info = sglang_info(kit.generation, components=("adder",))
+    except Exception as exc:  # noqa: BLE001 - describe what we can
+        import sglang
+
+        info = {"version": getattr(sglang, "__version__", None), "commit": None, "generation": str(exc)}
+    info["delayer_generation"] = generation
+    return kit, info
+
+
+def _placement() -> dict[str, Any] | None:
+    try:
+        from dpbench.placement.static import analyse_installed
+
+        found = analyse_installed()
+        return {"label": found.label, "source": "static", "negotiation_line": found.negotiation_line}
+    except Exception:  # noqa: BLE001 - the placement tier reports its own errors
+        return None
+
+
+def run_twin(
+    spec_name: str | Path,
+    config: TwinConfig,
+    *,
+    calibration: str | Path | None = None,
+    seed: int | None = None,
+    num_requests: int | None = None,
+    on_progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Run the twin once; returns a run result (``dpbench.results`` schema, tier ``twin``)."""
+    from dpbench.results import make_run_result
+    from dpbench.workload.models import load_model_config
+    from dpbench.workload.planner import plan_kv
+    from dpbench.workload.spec import load_spec, spec_hash
+    from dpbench.workload.trace import generate_trace
+
+    t_start = time.perf_counter()
+    spec = load_spec(spec_name)
+    if num_requests is not None:
+        spec = spec.with_overrides(num_requests=num_requests)
+    trace = generate_trace(spec, seed)
+    if config.max_requests is not None:
+        trace = trace[: config.max_requests]
+    model = load_model_config(spec.model)
+    kv_plan = None
+    kv_tokens = config.max_total_tokens_per_rank
+    if kv_tokens is None:
+        kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model)
+        kv_tokens = kv_plan.max_total_tokens_per_rank
+    cost = make_cost_model(model, config.dp_size, calibration)
+    kit, sglang = _import_sglang(config)
+    vocab = model.vocab_size
+    order = sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i))
+    ordered = [trace[i] for i in order]
+    arrivals = Arrivals(
+        ids=tuple(r.id for r in ordered),
+        arrival_s=np.array([r.arrival_s for r in ordered], dtype=np.float64),
+        input_len=np.array([r.input_len for r in ordered], dtype=np.int64),
+        max_new_tokens=np.array([r.max_new_tokens for r in ordered], dtype=np.int64),
+        ignore_eos=bool(spec.ignore_eos),
+        token_ids=lambda i: ordered[i].token_ids(vocab),
+    )
+    job = RankJob(config=config, arrivals=arrivals, kv_tokens=kv_tokens, cost=cost, port=free_port(),
+                  make_kit=lambda: kit)
+    total = len(ordered)
+    results = run_ranks(
+        job,
+        on_progress=(lambda done, steps, sim: on_progress(done, total, steps, sim)) if on_progress else None,
+    )
+    metrics, extra = compute(results, delayer_on=config.scheduler.enable_prefill_delayer)
+    wall = time.perf_counter() - t_start
+    notes = [f"cost model: {cost.describe()}"]
+    notes.append(
+        "prefix sharing off (RadixCache disable=True, SGLang's ChunkCache behaviour); "
+        f"max_prefill_bs tracking: {results[0].max_prefill_bs_kind}"
+    )
+    extra.update(
+        config={
+            "dp_size": config.dp_size,
+            "dispatch": config.dispatch,
+            "kv_tokens_per_rank": kv_tokens,
+            "scheduler": config.scheduler.__dict__,
+            "seed": spec.seed if seed is None else seed,
+            "num_requests": total,
+            "cost_model": cost.name,
+        },
+        kv_plan=kv_plan.as_dict() if kv_plan is not None else None,
+    )
+    if config.record_timeline:
+        extra["timeline"] = timeline(results)
+    return make_run_result(
+        tier="twin",
+        sglang=sglang,
+        placement=_placement(),
+        workload={"name": spec.name, "hash": spec_hash(spec)},
+        metrics=metrics,
+        wall_time_s=wall,
+        notes=notes,
+        extra=extra,
+    )
+
+
+def timeline(results: list[RankResult]) -> dict[str, Any]:
+    """Per-step, per-rank records for the plot (plain lists)."""
+    steps = classify_steps(results)
+    labels = [r.outcome_labels for r in results]
+    return {
+        "step_end_s": results[0].step_end_s.tolist() if results[0].step_end_s is not None else [],
+        "step_kind": steps.tolist(),
+        "rank_kind": [r.kind.tolist() for r in results],
+        "rank_new_tokens": [r.new_tokens.tolist() for r in results],
+        "rank_kv_util": [np.round(r.kv_used / r.kv_capacity, 4).tolist() for r in results],
+        "rank_verdict": [
+            [("" if o < 0 else f"{lab[o][0]}/{lab[o][2] or 'none'}") for o in r.outcome.tolist()]
+            for r, lab in zip(results, labels, strict=True)
+        ],
+        "rank_false_report": [((r.reported == 1) & (r.allowed == 1) & (r.admitted == 0)).astype(int).tolist()
+                              for r in results],
+    }
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m dpbench.twin.run", description=__doc__.splitlines()[0])
+    p.add_argument("spec")
+    p.add_argument("--dp", type=int, default=4)
+    p.add_argument("--dispatch", choices=DISPATCHES, default="round_robin")
+    p.add_argument("--no-delayer", action="store_true")
+    p.add_argument("--requests", type=int, default=None, help="override the spec's num_requests")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--kv-tokens", type=int, default=None, help="KV pool per rank (default: planner)")
+    p.add_argument("--calibration", default=None)
+    p.add_argument("--deadline", type=float, default=600.0)
+    p.add_argument("--no-timeline", action="store_true")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--events", action="store_true", help="JSON progress lines on stdout")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dpbench.results import save
+    from dpbench.twin.ranks import TwinRankError
+
+    args = _parse(argv)
+    config = TwinConfig(
+        dp_size=args.dp,
+        dispatch=args.dispatch,
+        max_total_tokens_per_rank=args.kv_tokens,
+        scheduler=replace(SchedulerSettings(), enable_prefill_delayer=not args.no_delayer),
+        deadline_s=args.deadline,
+        record_timeline=not args.no_timeline,
+    )
+
+    def emit(done: int, total: int, steps: int, sim: float) -> None:
+        if args.events:
+            print(json.dumps({"event": "progress", "done": done, "total": total, "steps": steps, "sim_s": sim}),
+                  flush=True)
+
+    try:
+        result = run_twin(args.spec, config, calibration=args.calibration, seed=args.seed,
+                          num_requests=args.requests, on_progress=emit)
+    except TwinRankError as exc:
+        print(json.dumps({"event": "error", "rank": exc.rank, "message": str(exc)}), flush=True)
+        print(f"twin failed: {exc}", file=sys.stderr)
+        return 2
+    save(args.output, result)
+    if args.events:
+        print(json.dumps({"event": "done", "output": str(args.output)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
