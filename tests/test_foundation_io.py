@@ -49,3 +49,12 @@ def test_run_result_errors_name_the_field(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(results.RunResultError, match="not valid JSON"):
         results.load(bad)
+
+
+def test_atomic_file_gets_umask_permissions(tmp_path):
+    import os
+
+    write_json(tmp_path / "p.json", {})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o666 & ~umask

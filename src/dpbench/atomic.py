@@ -28,6 +28,10 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) ->
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp creates 0600; give the file the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         with suppress(FileNotFoundError):

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import types
-import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
-from pydantic import model_validator as _model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dpbench.paths import workloads_dir
 from dpbench.workload.models import ModelConfigError, resolve_model_path
+from dpbench.workload.spec_errors import format_validation_error
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
@@ -57,7 +63,7 @@ class UniformLength(_Strict):
     low: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
     high: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
         if self.high < self.low:
             raise ValueError(f"`high` ({self.high}) must be ≥ `low` ({self.low})")
@@ -76,7 +82,7 @@ class LogNormalLength(_Strict):
     min: Annotated[int, Field(gt=0, le=MAX_TOKENS)] = 1
     max: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _ordered(self) -> LogNormalLength:
         if self.max < self.min:
             raise ValueError(f"`max` ({self.max}) must be ≥ `min` ({self.min})")
@@ -91,7 +97,7 @@ class EmpiricalLength(_Strict):
     edges: Annotated[list[Annotated[int, Field(gt=0, le=MAX_TOKENS)]], Field(min_length=2)]
     weights: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1)]
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _consistent(self) -> EmpiricalLength:
         if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
             raise ValueError(f"`edges` must be strictly increasing; found {self.edges}")
@@ -123,7 +129,7 @@ class UniformSeconds(_Strict):
     low: NonNegativeFloat
     high: NonNegativeFloat
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _ordered(self) -> UniformSeconds:
         if self.high < self.low:
             raise ValueError(f"`high` ({self.high}) must be ≥ `low` ({self.low})")
@@ -171,7 +177,7 @@ class BurstArrivals(_Strict):
     process: Literal["bursts"]
     bursts: Annotated[list[Burst], Field(min_length=1)]
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _shares_sum_to_one(self) -> BurstArrivals:
         total = sum(b.share for b in self.bursts)
         if abs(total - 1.0) > 1e-6:
@@ -272,7 +278,7 @@ class WorkloadSpec(_Strict):
         except ModelConfigError as exc:
             raise ValueError(str(exc)) from None
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _sessions_need_open_loop(self) -> WorkloadSpec:
         if self.sessions is not None and isinstance(self.arrival, ClosedLoopArrivals):
             raise ValueError(
@@ -288,124 +294,6 @@ class WorkloadSpec(_Strict):
         return _validate(data, source=f"{self.name} (overridden: {', '.join(sorted(changes))})")
 
 
-# ---- error messages -------------------------------------------------------------------------
-
-_UNION_FIELDS = {"input_len", "output_len", "turns", "think_time_s", "arrival"}
-
-
-def _unwrap(annotation: Any) -> list[Any]:
-    """The BaseModel classes an annotation can hold (through Annotated, Optional, unions, lists)."""
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _unwrap(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType, list):
-        out: list[Any] = []
-        for arg in typing.get_args(annotation):
-            out.extend(_unwrap(arg))
-        return out
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return []
-
-
-def _tag_of(cls: type[BaseModel]) -> str | None:
-    for key in ("kind", "process"):
-        field = cls.model_fields.get(key)
-        if field is not None:
-            return typing.get_args(field.annotation)[0]
-    return None
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The model class that the location ``loc`` (pydantic's, tags included) points into."""
-    current: list[Any] = [WorkloadSpec]
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        tagged = [c for c in current if _tag_of(c) == part]
-        if len(current) > 1 and tagged:
-            current = tagged
-            continue
-        nxt: list[Any] = []
-        for cls in current:
-            field = cls.model_fields.get(part)
-            if field is not None:
-                nxt.extend(_unwrap(field.annotation))
-        if not nxt:
-            return None
-        current = nxt
-    return current[0] if len(current) == 1 else None
-
-
-def _display_loc(loc: tuple[Any, ...]) -> str:
-    """``input_len.sigma`` for pydantic's ``('input_len', 'lognormal', 'sigma')``."""
-    shown = ""
-    prev: Any = None
-    for part in loc:
-        if isinstance(part, int):
-            shown += f"[{part}]"
-        elif prev in _UNION_FIELDS and part in _TAGS:
-            pass  # pydantic puts the discriminator's tag in the location; readers never wrote it
-        else:
-            shown += f".{part}" if shown else str(part)
-        prev = part
-    return shown or "(top level)"
-
-
-_TAGS = {
-    "fixed", "uniform", "lognormal", "empirical", "exponential",
-    "poisson", "gamma", "bursts", "closed_loop",
-}
-
-
-def _allowed_for(err: dict[str, Any]) -> str:
-    kind = err["type"]
-    loc = tuple(err["loc"])
-    if kind in ("extra_forbidden", "missing"):
-        cls = _model_at(loc[:-1])
-        if cls is not None:
-            names = [n for n in cls.model_fields if n not in ("kind", "process")]
-            req = [n for n, f in cls.model_fields.items() if f.is_required()]
-            return f"fields allowed here: {', '.join(names)} (required: {', '.join(req)})"
-    ctx = err.get("ctx") or {}
-    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
-        disc = ctx.get("discriminator", "kind").strip("'")
-        tags = ctx.get("expected_tags", "")
-        return f"`{disc}` must be one of {tags}"
-    if kind == "literal_error":
-        return f"allowed: {ctx.get('expected')}"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return err["msg"].replace("Input should be", "allowed: a value")
-    if kind == "string_pattern_mismatch":
-        return "allowed: lower-case letters, digits and '-', starting with a letter or digit"
-    if kind in ("too_short", "too_long"):
-        return err["msg"].replace("List should have", "allowed: a list with")
-    if kind.endswith("_type") or kind.endswith("_parsing"):
-        return "allowed: " + err["msg"].replace("Input should be ", "")
-    return ""
-
-
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """One readable line for the first problem pydantic found (plus how many others there are)."""
-    errors = exc.errors(include_url=False)
-    err = errors[0]
-    where = _display_loc(tuple(err["loc"]))
-    kind = err["type"]
-    if kind == "value_error":
-        text = str((err.get("ctx") or {}).get("error", err["msg"]))
-        msg = f"{source}: `{where}`: {text}"
-    elif kind == "missing":
-        msg = f"{source}: `{where}` is required but missing; {_allowed_for(err)}"
-    elif kind == "extra_forbidden":
-        msg = f"{source}: `{where}` is not a known field (found {err['input']!r}); {_allowed_for(err)}"
-    else:
-        allowed = _allowed_for(err) or err["msg"]
-        msg = f"{source}: `{where}`: found {err['input']!r}; {allowed}"
-    if len(errors) > 1:
-        msg += f"  [{len(errors) - 1} more problem(s) after this one]"
-    return msg
-
-
 def _validate(data: Any, *, source: str, base: Path | None = None) -> WorkloadSpec:
     if not isinstance(data, dict):
         raise WorkloadSpecError(
@@ -414,7 +302,7 @@ def _validate(data: Any, *, source: str, base: Path | None = None) -> WorkloadSp
     try:
         return WorkloadSpec.model_validate(data, context={"base": base})
     except ValidationError as exc:
-        raise WorkloadSpecError(format_validation_error(exc, source)) from None
+        raise WorkloadSpecError(format_validation_error(exc, source, WorkloadSpec)) from None
 
 
 # ---- loading --------------------------------------------------------------------------------

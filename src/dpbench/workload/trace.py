@@ -33,9 +33,9 @@ from dpbench.workload.distributions import mean_length, sample_lengths, sample_s
 from dpbench.workload.models import load_model_config
 from dpbench.workload.spec import WorkloadSpec, WorkloadSpecError
 
-Progress = Callable[[int], None]
+OnProgress = Callable[[int], None]  # called with how many more requests are done
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+SPLITMIX_GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _STREAM_GROUP = 1
@@ -48,7 +48,8 @@ class TraceFormatError(ValueError):
     """A trace file line that is not a valid request."""
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output mix of each uint64 state (wrapping arithmetic, vectorised)."""
     with np.errstate(over="ignore"):
         z = x.astype(np.uint64, copy=True)
         z ^= z >> np.uint64(30)
@@ -60,7 +61,7 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def _stream_key(kind: int, index: int) -> np.uint64:
-    return _splitmix64(np.array([(kind << 56) ^ index], dtype=np.uint64))[0]
+    return splitmix64(np.array([(kind << 56) ^ index], dtype=np.uint64))[0]
 
 
 def _id_key(request_id: str) -> np.uint64:
@@ -73,8 +74,8 @@ def stream_tokens(key: np.uint64, count: int, vocab_size: int) -> np.ndarray:
     Position ``i`` depends only on ``key`` and ``i``, so a shorter read is a prefix of a longer one.
     """
     with np.errstate(over="ignore"):
-        state = key + (np.arange(1, count + 1, dtype=np.uint64) * _GOLDEN)
-    return (_splitmix64(state) % np.uint64(vocab_size)).astype(np.int64)
+        state = key + (np.arange(1, count + 1, dtype=np.uint64) * SPLITMIX_GAMMA)
+    return (splitmix64(state) % np.uint64(vocab_size)).astype(np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +244,7 @@ def _request_ids(n: int) -> list[str]:
 
 
 def to_requests(
-    cols: TraceColumns, *, ignore_eos: bool = True, on_progress: Progress | None = None
+    cols: TraceColumns, *, ignore_eos: bool = True, on_progress: OnProgress | None = None
 ) -> list[TraceRequest]:
     """TraceRequest objects for columns (ids ``r000000``… in arrival order)."""
     n = len(cols)
@@ -269,7 +270,7 @@ def to_requests(
 
 
 def generate_trace(
-    spec: WorkloadSpec, seed: int | None = None, *, on_progress: Progress | None = None
+    spec: WorkloadSpec, seed: int | None = None, *, on_progress: OnProgress | None = None
 ) -> list[TraceRequest]:
     """The requests of ``spec`` (with ``seed`` instead of ``spec.seed`` when given)."""
     return to_requests(generate_columns(spec, seed), ignore_eos=spec.ignore_eos, on_progress=on_progress)
@@ -315,7 +316,7 @@ def write_trace(
     path: str | os.PathLike[str],
     *,
     vocab_size: int | None = None,
-    on_progress: Progress | None = None,
+    on_progress: OnProgress | None = None,
 ) -> Path:
     """Write ``reqs`` as JSONL, atomically (a failure leaves any previous file as it was).
 
@@ -385,13 +386,71 @@ def _parse_line(text: str, where: str) -> TraceRequest:
     return req
 
 
+_NONE = type(None)
+_COLUMN_TYPES: dict[str, set[type]] = {
+    "id": {str},
+    "arrival_s": {int, float},
+    "input_len": {int},
+    "prefix_group": {int, _NONE},
+    "prefix_len": {int},
+    "max_new_tokens": {int},
+    "ignore_eos": {bool},
+    "session": {int, _NONE},
+    "turn": {int, _NONE},
+}
+
+
+def _fast_requests(objs: list[object]) -> list[TraceRequest] | None:
+    """Column-wise checks and construction; None when anything is off (the slow path then
+    finds and names the first bad line)."""
+    if not objs or any(type(o) is not dict for o in objs):
+        return None
+    try:
+        cols = {key: [o[key] for o in objs] for key in _FIELDS}  # type: ignore[index]
+    except KeyError:
+        return None
+    for key, allowed in _COLUMN_TYPES.items():
+        if not set(map(type, cols[key])) <= allowed:
+            return None
+    ints = {k: np.array([-1 if v is None else v for v in cols[k]], dtype=np.int64)
+            for k in ("input_len", "prefix_len", "max_new_tokens", "prefix_group", "session", "turn")}
+    if (
+        any(a.min() < -1 for a in ints.values())
+        or ints["prefix_len"].min() < 0
+        or ints["input_len"].min() < 1
+        or ints["max_new_tokens"].min() < 1
+        or (ints["prefix_len"] > ints["input_len"]).any()
+    ):
+        return None
+    if any(
+        "input_ids" in o and len(o["input_ids"]) != o["input_len"]  # type: ignore[index, operator]
+        for o in objs
+    ):
+        return None
+    arrival = [float(v) for v in cols["arrival_s"]]
+    return [
+        TraceRequest(*row)
+        for row in zip(cols["id"], arrival, cols["input_len"], cols["prefix_group"],
+                       cols["prefix_len"], cols["max_new_tokens"], cols["ignore_eos"],
+                       cols["session"], cols["turn"], strict=True)
+    ]
+
+
 def load_trace(path: str | os.PathLike[str]) -> list[TraceRequest]:
     """Read a JSONL trace written by ``write_trace`` (``input_ids``, if present, are checked for
     length and otherwise left out: ``token_ids`` rebuilds them)."""
     source = Path(path)
-    reqs = []
-    with source.open(encoding="utf-8") as fh:
-        for lineno, text in enumerate(fh, start=1):
-            if text.strip():
-                reqs.append(_parse_line(text, f"{source}:{lineno}"))
-    return reqs
+    numbered = [
+        (lineno, text)
+        for lineno, text in enumerate(source.read_text(encoding="utf-8").splitlines(), start=1)
+        if text.strip()
+    ]
+    try:  # one C-level parse of the whole file; any problem → the line-by-line path names it
+        objs = json.loads("[" + ",".join(text for _, text in numbered) + "]")
+    except json.JSONDecodeError:
+        objs = None
+    if objs is not None and len(objs) == len(numbered):
+        fast = _fast_requests(objs)
+        if fast is not None:
+            return fast
+    return [_parse_line(text, f"{source}:{lineno}") for lineno, text in numbered]
