@@ -22,14 +22,18 @@ def require_cuda(n: int = 1) -> int:
     return found
 
 
-def require_sglang() -> dict[str, Any]:
-    """The installed SGLang's version/commit/API generation; skip with what differs if unsupported."""
+def require_sglang(components: tuple[str, ...] = ("adder", "delayer")) -> dict[str, Any]:
+    """The installed SGLang's version/commit/API generation; skip with what differs if unsupported.
+
+    ``components`` names what the benchmark drives (see ``detect.COMPONENTS``): a release
+    whose delayer changed can still run benchmarks that only drive the adder.
+    """
     try:
         from dpbench.sglang_compat import detect
     except ImportError as exc:
         raise NotImplementedError(f"dpbench.sglang_compat unavailable: {exc}") from exc
     try:
-        return detect.sglang_info()
+        return detect.sglang_info(components=components)
     except ImportError as exc:
         raise NotImplementedError(f"SGLang is not importable here: {exc}") from exc
     except detect.UnsupportedSGLang as exc:

@@ -1,0 +1,7 @@
+"""The placement tier: where ``PrefillAdder`` negotiates with the PrefillDelayer, read statically and observed.
+
+- :mod:`.static`: AST of ``schedule_policy.py`` → early / post-kv / absent / unknown.
+- :mod:`.behavioural`: SGLang's real ``PrefillAdder`` driven through PR #31835's five cases.
+- :mod:`.probe`: ``python -m dpbench.placement.probe`` (inside a release environment) → run result.
+- :mod:`.cli`: ``dpbench placement show`` / ``dpbench placement static``.
+"""

@@ -19,10 +19,10 @@ Cases (PR #31835's unit tests, rebuilt on the real objects):
     measured, not assumed: the case records the adder's ``rem_total_tokens`` with and
     without the lock and is reported "not constructible" if the lock does not move it.
 ``chunked``
-    Pass 1 admits the first chunk of a long prompt (``new_chunked_req``); pass 2 offers
-    that request through ``add_chunked_req`` with a *delay* verdict. (Pass 1's GPU
-    forward is not run, so pass 2 re-offers the same token range; where
-    ``add_chunked_req`` negotiates does not depend on it.)
+    Pass 1 admits the first chunk of a long prompt (``new_chunked_req``); its forward is
+    represented by :meth:`AdderKit.complete_extend` (the chunk's KV slots taken from the
+    pool, the request's computed prefix advanced); pass 2 offers the request through
+    ``add_chunked_req`` with a *delay* verdict. A mid-chunk request must continue.
 ``delay_verdict_blocks``
     Ample KV, verdict "delay": the request must not be admitted.
 ``allow_verdict_admits``
@@ -100,7 +100,8 @@ class CaseRecord:
         return asdict(self)
 
 
-def _finish(rec: CaseRecord, delayer: RecordingDelayer) -> CaseRecord:
+def record_outcome(rec: CaseRecord, delayer: RecordingDelayer) -> CaseRecord:
+    """Copy what the delayer heard into ``rec`` and score it: pass report, false prefillable report."""
     rec.negotiations = [dict(c) for c in delayer.calls]
     rec.pass_report = bool(delayer.calls[0]["local_prefillable"]) if delayer.calls else False
     told_true = any(c["local_prefillable"] for c in delayer.calls)
@@ -138,7 +139,7 @@ class Probe:
         rec.detail["budget_before"] = kit.budget(adder)
         rec.result = kit.add_one_req(adder, req).name
         rec.admitted = any(r is req for r in adder.can_run_list)
-        return _finish(rec, delayer)
+        return record_outcome(rec, delayer)
 
     def kv_budget_reject(self) -> CaseRecord:
         rec = self._offer("kv_budget_reject", TIGHT_POOL, True)
@@ -193,15 +194,20 @@ class Probe:
             rec.constructible = False
             rec.reason = f"pass 1 did not start a chunked prefill (add_one_req -> {res1})"
             return rec
+        computed = kit.complete_extend(req, alloc)  # pass 1's forward: the first chunk's KV
         delayer = self._delayer(False)
         adder2 = self._adder(alloc, tree, delayer, chunk=CHUNK_TOKENS)
         out = kit.add_chunked_req(adder2, req)
         rec.result = "continues" if out is req else "finished"
         rec.admitted = any(r is req for r in adder2.can_run_list)
-        rec.detail["setup"] = (f"{4 * CHUNK_TOKENS}-token prompt, chunk {CHUNK_TOKENS}; pass 1 ({res1}) started "
-                               "the chunked prefill, pass 2 offers it to add_chunked_req with verdict delay")
+        rec.detail["computed_after_pass1"] = computed
+        rec.detail["pass2_extend_from"] = kit.computed_tokens(req)
+        rec.detail["pass2_extend_tokens"] = kit.extend_tokens(req) if rec.admitted else 0
+        rec.detail["setup"] = (f"{4 * CHUNK_TOKENS}-token prompt, chunk {CHUNK_TOKENS}; pass 1 ({res1}) admitted "
+                               f"the first chunk ({computed} tokens computed), pass 2 offers the request to "
+                               "add_chunked_req with verdict delay")
         rec.detail["pass1_negotiations"] = [dict(c) for c in first.calls]
-        _finish(rec, delayer)
+        record_outcome(rec, delayer)
         rec.conforms_to_pr31835 = bool(rec.admitted) and any(c["local_prefillable"] for c in delayer.calls)
         return rec
 
@@ -220,10 +226,26 @@ class Probe:
     def run(self) -> list[CaseRecord]:
         return [getattr(self, name)() for name in CASES]
 
+    def objects(self) -> dict[str, str]:
+        """The class of every object the cases use: SGLang's own except the two stand-ins."""
+        kit = self.kit
+        alloc = kit.new_allocator(16)
+        tree = kit.new_tree_cache(alloc)
+        batch = kit.new_running_batch()
+        delayer = self._delayer(True)
+        found = {
+            "allocator": alloc, "tree_cache": tree, "req": kit.new_req("x", [1], 1),
+            "adder": self._adder(alloc, tree, delayer), "running_batch": batch, "delayer": delayer,
+        }
+        if kit.uses_prefill_budget:
+            found["prefill_budget"] = found["adder"].memory_budget
+        return {k: f"{type(v).__module__}.{type(v).__qualname__}" for k, v in found.items()}
+
 
 @dataclass(frozen=True)
 class BehaviouralPlacement:
     cases: list[CaseRecord]
+    objects: dict[str, str] = field(default_factory=dict)
 
     @property
     def false_prefillable_reports(self) -> int:
@@ -245,4 +267,5 @@ class BehaviouralPlacement:
 
 def probe(kit: AdderKit | None = None) -> BehaviouralPlacement:
     """Run the five cases on the installed SGLang."""
-    return BehaviouralPlacement(Probe(kit).run())
+    runner = Probe(kit)
+    return BehaviouralPlacement(runner.run(), runner.objects())

@@ -98,6 +98,7 @@ def build_result(*, static_only: bool = False) -> dict[str, Any]:
             case = next(c for c in run.cases if c.case == name)
             notes.append(f"case {name} not constructible on this release: {case.reason}")
         extra["cases"] = [c.as_dict() for c in run.cases]
+        extra["objects"] = run.objects
 
     metrics["placement_code"] = results.Metric(float(PLACEMENT_CODES[placement["label"]]), "code", "none")
     return results.make_run_result(

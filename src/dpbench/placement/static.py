@@ -66,9 +66,13 @@ def _is_no_token(node: ast.AST | None) -> bool:
 
 def _self_call(node: ast.AST) -> str | None:
     """``m`` for a call ``self.m(...)``, else None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        if isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
-            return node.func.attr
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    ):
+        return node.func.attr
     return None
 
 
@@ -104,11 +108,11 @@ class _Methods:
             return False
         found = False
         for node in _walk_no_defs(fn):
-            if what == "no_token" and isinstance(node, ast.Return) and _is_no_token(node.value):
-                found = True
-            elif what == "negotiates" and _is_negotiation(node):
-                found = True
-            elif (callee := _self_call(node)) is not None and callee in self.defs:
+            if what == "no_token":
+                found = isinstance(node, ast.Return) and _is_no_token(node.value)
+            else:
+                found = _is_negotiation(node)
+            if not found and (callee := _self_call(node)) is not None and callee in self.defs:
                 found = self._has(callee, what, seen | {name})
             if found:
                 break

@@ -37,6 +37,11 @@ API (also used by the scheduler twin)::
     result = kit.add_one_req(adder, req)  # matches the prefix first, as the scheduler does
     kit.AddReqResult.NO_TOKEN             # the release's own enum
     kit.budget(adder)                     # {"rem_total_tokens", "cur_rem_tokens", ...}
+    kit.extend_tokens(req)                # tokens admitted for req this pass
+    kit.complete_extend(req, alloc)       # stand-in for the forward: take the extend's KV slots,
+                                          # advance req's computed prefix (next chunk starts there)
+    kit.computed_tokens(req)              # tokens of req whose KV is in the pool
+    kit.add_chunked_req(adder, req)       # next pass: continue the in-flight chunked request
 
 ``add_one_req`` / ``add_chunked_req`` call SGLang's methods unchanged; what the adder
 admitted is in ``adder.can_run_list`` and ``adder.new_chunked_req``, as in the scheduler.
@@ -78,7 +83,7 @@ def ensure_server_args(server_args: Any | None = None) -> None:
         try:
             if ctx.server_args is not None:
                 return
-        except Exception:  # noqa: BLE001 - unpublished contexts raise (type differs per release)
+        except ValueError:  # "Global server args is not set yet!"
             pass
         server_args = importlib.import_module("sglang.srt.server_args").ServerArgs(model_path="dummy")
     if hasattr(rc, "publish"):
@@ -102,7 +107,7 @@ class AdderKit:
 
     # -- SGLang's own types ------------------------------------------------------------
     @property
-    def AddReqResult(self) -> Any:  # noqa: N802 - mirrors SGLang's enum name
+    def AddReqResult(self) -> Any:  # mirrors SGLang's enum name
         return self.api.AddReqResult
 
     @property
@@ -201,6 +206,37 @@ class AdderKit:
         """Continue the scheduler's in-flight chunked request: the request again if unfinished, else None."""
         req.init_next_round_input()
         return adder.add_chunked_req(req)
+
+    def extend_tokens(self, req: Any) -> int:
+        """Tokens the adder admitted for ``req`` this pass (``extend_range`` or ``extend_end``, per release)."""
+        rng = getattr(req, "extend_range", None)
+        if rng is not None:
+            return int(rng.end - rng.start)
+        if getattr(req, "extend_end", None) is not None:
+            return int(req.extend_end - req.prefix_len)
+        raise ValueError(f"request {req.rid!r} has no admitted extend (neither extend_range nor extend_end is set)")
+
+    def computed_tokens(self, req: Any) -> int:
+        """Tokens of ``req`` whose KV is already in the pool (``prefix_len`` or ``len(prefix_indices)``)."""
+        if isinstance(vars(req).get("prefix_len"), int):
+            return int(req.prefix_len)
+        return len(req.prefix_indices)
+
+    def complete_extend(self, req: Any, allocator: Any) -> int:
+        """What a forward leaves for the next pass: the admitted extend's KV slots taken, the computed prefix advanced.
+
+        Stands in for the GPU forward and ``cache_unfinished_req`` between two passes of a
+        chunked prefill. Returns the number of tokens computed.
+        """
+        n = self.extend_tokens(req)
+        slots = allocator.alloc(n)
+        if slots is None:
+            raise ValueError(f"the allocator has {allocator.available_size()} free slots; the extend needs {n}")
+        if isinstance(vars(req).get("prefix_len"), int):
+            req.prefix_len += n
+        else:
+            req.prefix_indices = self._torch.cat([req.prefix_indices, slots])
+        return n
 
     def budget(self, adder: Any) -> dict[str, Any]:
         """The adder's remaining budgets (tokens), read through SGLang's own properties."""

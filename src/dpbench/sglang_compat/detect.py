@@ -21,11 +21,13 @@ import importlib.metadata
 import inspect
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
 COMPONENTS = ("adder", "delayer")
+# Keyword arguments AdderKit.new_adder passes to PrefillAdder, as the scheduler does.
+ADDER_KEYWORDS = ("max_prefill_bs", "max_running_requests", "prefill_delayer_single_pass", "waiting_queue_len")
 
 
 class UnsupportedSGLang(RuntimeError):
@@ -37,19 +39,25 @@ class Generation:
     """One API shape of SGLang's scheduler, with the releases it was verified on."""
 
     name: str
-    releases: str = field(metadata={"help": "releases verified to have this shape"})
+    releases: str = field(metadata={"help": "releases verified (by running) to have this whole shape"})
     description: str
     # feature -> expected value; each feature belongs to one component (see FEATURE_COMPONENT).
     features: dict[str, str]
+    # the components detect() compared to pick this generation (all, unless a tier asked for fewer)
+    compared: tuple[str, ...] = COMPONENTS
+    adder_releases: str = field(
+        default="", metadata={"help": "further releases whose adder half alone has this shape (placement probe run)"}
+    )
 
     def __str__(self) -> str:
-        return f"{self.name} (SGLang {self.releases})"
+        also = f"; adder half also {self.adder_releases}" if self.adder_releases else ""
+        return f"{self.name} (SGLang {self.releases}{also})"
 
 
 # Which component each observed feature belongs to.
 FEATURE_COMPONENT: dict[str, str] = {
     "PrefillAdder.__init__ required": "adder",
-    "PrefillAdder.__init__ prefill_delayer_single_pass": "adder",
+    "PrefillAdder.__init__ keywords": "adder",
     "PrefillAdder.add_one_req": "adder",
     "PrefillAdder.add_chunked_req": "adder",
     "PrefillAdder budget": "adder",
@@ -68,7 +76,7 @@ _ADDER_COMMON = {
         "page_size, tree_cache, token_to_kv_pool_allocator, running_batch, "
         "new_token_ratio, rem_input_tokens, rem_chunk_tokens"
     ),
-    "PrefillAdder.__init__ prefill_delayer_single_pass": "present",
+    "PrefillAdder.__init__ keywords": "has " + ", ".join(ADDER_KEYWORDS),
     "PrefillAdder.add_one_req": "req, has_chunked_req, truncation_align_size",
     "PrefillAdder.add_chunked_req": "req",
     "TokenToKVPoolAllocator.__init__": "size, dtype, device, kvcache, need_sort",
@@ -87,6 +95,7 @@ GENERATIONS: tuple[Generation, ...] = (
     Generation(
         name="g2026_07",
         releases="0.5.16-0.5.17",
+        adder_releases="0.5.19",
         description=(
             "PrefillAdder keeps its KV budget in rem_total_token_offset/cur_rem_token_offset; "
             "PrefillDelayer takes dp_size, attn_tp_size, cpu_group and server_args; "
@@ -105,6 +114,7 @@ GENERATIONS: tuple[Generation, ...] = (
     Generation(
         name="g2026_10",
         releases="0.5.23",
+        adder_releases="0.5.21",
         description=(
             "PrefillAdder delegates its KV budget to token_to_kv_pool_allocator.create_prefill_budget "
             "(PrefillBudget); PrefillDelayer reads the group from runtime_context; "
@@ -186,13 +196,14 @@ def observe(api: Any) -> dict[str, str]:
             "no keyword-only parameter: " + _fmt(_params(executor.finalize))
         )
 
-    def delayer_kw() -> str:
+    def adder_keywords() -> str:
         names = {p.name for p in _params(adder.__init__)}
-        return "present" if "prefill_delayer_single_pass" in names else "absent"
+        missing = [k for k in ADDER_KEYWORDS if k not in names]
+        return f"missing {', '.join(missing)}" if missing else "has " + ", ".join(ADDER_KEYWORDS)
 
     return {
         "PrefillAdder.__init__ required": _safe(lambda: _required(adder.__init__)),
-        "PrefillAdder.__init__ prefill_delayer_single_pass": _safe(delayer_kw),
+        "PrefillAdder.__init__ keywords": _safe(adder_keywords),
         "PrefillAdder.add_one_req": _safe(lambda: _fmt(_params(adder.add_one_req))),
         "PrefillAdder.add_chunked_req": _safe(lambda: _fmt(_params(adder.add_chunked_req))),
         "PrefillAdder budget": adder_budget(),
@@ -240,7 +251,7 @@ def detect(api: Any | None = None, *, components: Iterable[str] = COMPONENTS) ->
     diffs = {g.name: _differences(g, seen, comps) for g in GENERATIONS}
     for gen in GENERATIONS:
         if not diffs[gen.name]:
-            return gen
+            return replace(gen, compared=comps)
     closest = min(GENERATIONS, key=lambda g: len(diffs[g.name]))
     version = _installed_version()
     raise UnsupportedSGLang(
@@ -269,7 +280,7 @@ def _installed_commit() -> str | None:
         commit = getattr(mod, "commit_id", None) or getattr(mod, "__commit_id__", None)
         if commit:
             return str(commit)
-    except Exception:  # noqa: BLE001 - any failure here just means "no commit recorded"
+    except Exception:  # any failure here just means "no commit recorded"
         pass
     try:
         text = importlib.metadata.distribution("sglang").read_text("direct_url.json")
@@ -293,4 +304,6 @@ def sglang_info(generation: Generation | None = None, *, components: Iterable[st
         "version": _installed_version(),
         "commit": _installed_commit(),
         "generation": generation.name,
+        # a generation matched on fewer components says nothing about the others
+        "generation_compared": list(generation.compared),
     }

@@ -1,0 +1,85 @@
+"""`dpbench placement …`: show where each SGLang release's PrefillDelayer negotiation sits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    help="Where PrefillAdder negotiates with the PrefillDelayer, relative to its KV-budget gates.",
+    no_args_is_help=True,
+)
+
+DEFAULT_RELEASES = ["0.5.16", "0.5.17", "0.5.23"]
+
+
+@app.command()
+def show(
+    sglang: Annotated[
+        list[str] | None,
+        typer.Option("--sglang", help="SGLang release(s) to probe, each in its own environment (repeatable)"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the run results as a JSON list")] = False,
+    save: Annotated[
+        Path | None, typer.Option(help="folder to save each run result in, as placement-<version>.json")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds allowed per release")] = 600,
+) -> None:
+    """Probe each release (static + behavioural) inside its release environment and print a table."""
+    from dpbench import results
+    from dpbench.envs import run_in_env
+    from dpbench.placement.probe import EXIT_UNSUPPORTED
+    from dpbench.placement.table import cases, summary
+    from dpbench.progress import console
+
+    err = console()
+    out = Console()
+    found: list[dict] = []
+    failed = False
+    for version in sglang or DEFAULT_RELEASES:
+        with err.status(f"SGLang {version}: preparing its environment and probing (first import ~10 s)"):
+            proc = run_in_env(version, "dpbench.placement.probe", ["--json"], timeout=timeout)
+        if proc.returncode == EXIT_UNSUPPORTED:
+            err.print(f"[yellow]SGLang {version}: skipped[/]: {proc.stderr.strip().splitlines()[-1]}")
+            continue
+        if proc.returncode != 0:
+            failed = True
+            err.print(f"[red]SGLang {version}: probe failed (exit {proc.returncode})[/]\n{proc.stderr[-3000:]}")
+            continue
+        result = json.loads(proc.stdout)
+        found.append(result)
+        if save is not None:
+            path = results.save(save / f"placement-{version}.json", result)
+            err.print(f"saved {path}")
+    if as_json:
+        out.print_json(json.dumps(found))
+    elif found:
+        out.print(summary(found))
+        for result in found:
+            out.print(cases(result))
+        out.print("placement_code: 0 unknown, 1 early, 2 post-kv, 3 absent")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def static(
+    path: Annotated[Path, typer.Argument(help="a schedule_policy.py, e.g. from a local SGLang clone")],
+) -> None:
+    """Read one schedule_policy.py (no SGLang install needed) and print the negotiation's placement."""
+    from dpbench.placement.static import analyse_file
+
+    found = analyse_file(path)
+    out = Console()
+    out.print(f"[bold]{found.label}[/]  KV-budget exits before negotiation: {found.kv_exits_before_negotiation}"
+              f"  add_chunked_req negotiates: {found.chunked_negotiates}")
+    if found.reason:
+        out.print(found.reason)
+    for e in found.events:
+        out.print(f"  line {e.line:5d}  {e.kind:11s}  {e.detail}")
+    if found.label == "unknown":
+        raise typer.Exit(2)
