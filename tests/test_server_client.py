@@ -179,3 +179,16 @@ def test_scrape_errors_say_what_to_check():
 
 def test_fault_names_are_what_the_double_documents():
     assert set(FAULTS) == {"http_error", "disconnect", "malformed", "server_error", "slow"}
+
+
+def test_client_comparison_reports_rate_and_ttft_error():
+    """The side-by-side harness (benchmarks/server.py), this client only, at toy size."""
+    from dpbench.server.client_bench import ComparisonConfig, compare
+
+    cfg = ComparisonConfig(num_requests=30, concurrency=10, output_len=3, first_token_delay_s=0.05, itl_s=0.01)
+    res = compare(cfg, sglang_python=None)
+    (row,) = res["clients"]
+    assert row["client"] == "dpbench" and row["completed"] == 30 and row["errors"] == 0
+    assert 0 < row["request_rate_per_s"] <= cfg.ideal_request_rate_per_s * 1.05
+    assert row["ttft_error_ms_p50"] >= 0  # a client cannot see the first token before the double sends it
+    assert res["ideal_request_rate_per_s"] == pytest.approx(10 / 0.07)

@@ -58,6 +58,8 @@ CPU_IMPORTS: tuple[str, ...] = (
     "python-dateutil",
     "huggingface-hub",
     "xgrammar",
+    # sglang.bench_serving (the server tier's reference client) imports it at load time
+    "datasets",
 )
 
 # Never installed for the CPU tiers, whatever a release's metadata says.

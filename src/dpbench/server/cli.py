@@ -139,3 +139,42 @@ def launch(
         except KeyboardInterrupt:
             con.print("stopping…")
     con.print(f"stopped ({server.stopped_with})")
+
+
+@app.command("client-bench")
+def client_bench(
+    sglang_python: Annotated[str | None, typer.Option(help="interpreter whose SGLang provides bench_serving")] = None,
+    requests: int = 3000,
+    concurrency: int = 1000,
+    output_len: int = 16,
+    first_token_delay_ms: float = 250.0,
+    itl_ms: float = 50.0,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the comparison JSON here")] = None,
+    extra_pythonpath: Annotated[str | None, typer.Option(help="PYTHONPATH for bench_serving's interpreter")] = None,
+    repeats: Annotated[int, typer.Option(help="rounds, alternating which client goes first")] = 1,
+) -> None:
+    """This client vs SGLang's bench_serving against the protocol test double (CPU only)."""
+    import json
+
+    from dpbench.atomic import write_json
+    from dpbench.server.client_bench import ComparisonConfig, compare
+
+    cfg = ComparisonConfig(num_requests=requests, concurrency=concurrency, output_len=output_len,
+                           first_token_delay_s=first_token_delay_ms / 1e3, itl_s=itl_ms / 1e3)
+    env = {"PYTHONPATH": extra_pythonpath} if extra_pythonpath else None
+    res = compare(cfg, sglang_python=sglang_python, extra_env=env, repeats=repeats)
+    table = Table(title=f"{concurrency} concurrent streams, {requests} requests, first token {first_token_delay_ms:g} ms, "
+                        f"ITL {itl_ms:g} ms (ideal {res['ideal_request_rate_per_s']:.1f} req/s)")
+    cols = ("request_rate_per_s", "ttft_error_ms_mean", "ttft_error_ms_p50", "ttft_error_ms_p99",
+            "double_first_token_lateness_ms_mean", "completed", "errors")
+    table.add_column("client")
+    table.add_column("round", justify="right")
+    for c in cols:
+        table.add_column(c, justify="right")
+    for row in res["clients"]:
+        table.add_row(row["client"], str(row["round"]), *(f"{row[c]:.4g}" for c in cols))
+    console().print(table)
+    if output:
+        write_json(output, res)
+    else:
+        print(json.dumps(res, indent=2))

@@ -26,8 +26,12 @@ try:  # 3-5x faster on the cumulative chunks; optional
     import orjson
 
     _loads = orjson.loads
+    _dumps = orjson.dumps
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 ErrorKind = Literal["http", "connect", "disconnect", "truncated", "timeout", "server_error", "malformed", "client"]
 ERROR_KINDS: tuple[str, ...] = ("http", "connect", "disconnect", "truncated", "timeout", "server_error", "malformed", "client")
@@ -90,6 +94,7 @@ class RequestFunc(Protocol):
 
 
 DONE = object()
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,24 +142,24 @@ async def sglang_generate(
 ) -> RequestOutcome:
     """POST ``/generate`` with ``stream: true`` and time the chunks (a :class:`RequestFunc`)."""
     out = RequestOutcome(id=request.id, input_tokens=len(request.input_ids))
-    body = request.payload()
+    body = _dumps(request.payload())
     tokens = 0
     saw_done = False
     clock = time.perf_counter
     out.start_s = st = clock()
     last = st
     try:
-        async with session.post(f"{base_url}/generate", json=body) as resp:
+        async with session.post(f"{base_url}/generate", data=body, headers=_JSON) as resp:
             out.http_status = resp.status
             if resp.status != 200:
                 out.error_kind = "http"
                 out.error = f"HTTP {resp.status}: {(await resp.text(errors='replace'))[:500]}"
                 return out
             async for line in resp.content:
+                now = clock()  # arrival time, before any parsing cost
                 parsed = parse_sse_line(line)
                 if parsed is None:
                     continue
-                now = clock()
                 if parsed is DONE:
                     saw_done = True
                     break
@@ -191,6 +196,10 @@ async def sglang_generate(
                     fr = _finish_reason(parsed)
                     if fr is not None:
                         out.finish_reason = fr
+                        if fr == "abort":  # SGLang aborted it (e.g. could never fit in the KV pool)
+                            reason = meta.get("finish_reason") or {}
+                            out.error_kind = "server_error"
+                            out.error = f"aborted by the server: {reason.get('message', '')}"[:500]
                     if out.dp_rank is None and isinstance(meta.get("dp_rank"), int):
                         out.dp_rank = meta["dp_rank"]
         out.e2e_s = clock() - st

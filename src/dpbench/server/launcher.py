@@ -46,8 +46,13 @@ class GpuRequirementError(RuntimeError):
     """Fewer (or smaller) CUDA GPUs than the run config needs."""
 
 
-class TerminatedBySignal(BaseException):
-    """SIGTERM arrived while a server was running (asv timeout, `kill`): unwind and stop it."""
+class TerminatedBySignal(SystemExit):
+    """SIGTERM arrived while a server was running (asv timeout, `kill`): unwind and stop it.
+
+    A SystemExit, because asyncio re-raises only SystemExit and KeyboardInterrupt out of
+    its callbacks; any other BaseException raised by the signal handler while the event
+    loop runs a callback would be logged and swallowed, and the run would go on.
+    """
 
 
 def free_port(host: str = "127.0.0.1") -> int:

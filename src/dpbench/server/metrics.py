@@ -98,7 +98,7 @@ class ServerMetrics:
         m["delayer_outcomes_total"] = Metric(total, "outcomes")
         by_reason: dict[str, float] = defaultdict(float)
         for key, v in self.delayer_outcomes.items():
-            by_reason[key.split("/")[2] or "none"] += v
+            by_reason[key.split("/")[2] or "no_reason"] += v
         for reason, v in sorted(by_reason.items()):
             m[f"delayer_{reason}_total"] = Metric(v, "outcomes")
         if total:

@@ -7,7 +7,6 @@ CPU; :func:`execute` starts the server and drives the load.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -17,11 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpbench.paths import results_dir
 from dpbench.results import Metric, make_run_result
 from dpbench.server.client import GenerateRequest, RequestOutcome
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
 from dpbench.server.launcher import ServerProcess, check_gpus, free_port
-from dpbench.server.loadgen import Schedule, drive
+from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
 from dpbench.server.stats import Slo, per_rank_counts, summarize
 from dpbench.sglang_compat.server import ServerFlags, server_flags
@@ -51,7 +51,7 @@ class RunOptions:
     startup_deadline_s: float = 1200.0
     max_requests: int | None = field(default=None, metadata={"help": "replay only the first N requests"})
     slo: Slo = field(default_factory=Slo)
-    log_dir: str = "results/server-logs"
+    log_dir: str | None = field(default=None, metadata={"help": "server logs; default results/server-logs"})
     extra_args: tuple[str, ...] = ()
     check_gpus: bool = True
 
@@ -161,18 +161,23 @@ def execute(
 ) -> dict[str, Any]:
     """Start the server, wait until ready, replay the trace, scrape metrics, stop; return the run result."""
     opts, cfg = prep.options, prep.config
+    if cfg.node_rank != 0:
+        raise RuntimeError(
+            f"node_rank={cfg.node_rank}: the load is driven from node 0; on the other nodes start SGLang with "
+            f"`dpbench server launch SPEC --nnodes {cfg.nnodes} --node-rank N --dist-init-addr {cfg.dist_init_addr}`"
+        )
     if opts.check_gpus:
-        check_gpus(cfg.gpus_per_node)
+        # At least the planned KV pool must fit on every GPU (weights come on top).
+        check_gpus(cfg.gpus_per_node, min_free_gib=float((prep.kv_plan or {}).get("gib_per_rank", 0.0)))
     t0 = time.monotonic()
     base_url = f"http://127.0.0.1:{cfg.port}"
-    log = Path(log_path or Path(opts.log_dir) / f"{prep.spec.name}-tp{cfg.tp_size}-dp{cfg.dp_size}-"
+    log_dir = Path(opts.log_dir) if opts.log_dir else results_dir() / "server-logs"
+    log = Path(log_path or log_dir / f"{prep.spec.name}-tp{cfg.tp_size}-dp{cfg.dp_size}-"
                f"{'delayer' if cfg.delayer.enabled else 'nodelayer'}-{int(time.time())}.log")
     with ServerProcess(prep.command, base_url=base_url, log_path=log) as server:
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
-        if cfg.node_rank != 0:
-            raise RuntimeError("the load is driven from node 0; on other nodes use `dpbench server launch`")
         before = scrape(base_url)
-        load = asyncio.run(drive(prep.requests, prep.schedule, base_url=base_url, on_done=on_done))
+        load = run_load(drive(prep.requests, prep.schedule, base_url=base_url, on_done=on_done))
         after = scrape(base_url)
     srv = server_metrics(before, after)
     metrics: dict[str, Metric] = {**summarize(load, opts.slo), **srv.as_metrics()}

@@ -1,0 +1,225 @@
+"""Server tier: a real sglang.launch_server in DP-attention mode driven by a replayed workload (≥2 CUDA GPUs).
+
+``ServeThroughput`` launches SGLang per (workload, DP size, delayer on/off) with
+DeepSeek-V3's shipped config and dummy weights (``DPBENCH_SERVER_MODEL`` names a real
+checkpoint instead; ``DPBENCH_SERVER_TP`` the tensor-parallel size, default 8), replays
+the workload's trace and reads client metrics plus the server's Prometheus counts.
+``ClientOverhead`` (CPU) measures this suite's load client at 1,000 concurrent streams
+against the protocol test double; ``BenchServingReference`` measures SGLang's own
+``bench_serving`` the same way, for comparison.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Any, ClassVar, Literal, get_args
+
+from .common import metric, require_cuda, save_run
+
+Workload = Literal["long-prompt-burst", "balanced-baseline"]
+DpSize = Literal[2, 8]
+DelayerMode = Literal["on", "off"]
+
+
+def _key(workload: str, dp: int, delayer: str) -> str:
+    if workload not in get_args(Workload):
+        raise ValueError(f"workload must be one of {get_args(Workload)}; found {workload!r}")
+    if dp not in get_args(DpSize):
+        raise ValueError(f"dp_size must be one of {get_args(DpSize)}; found {dp!r}")
+    if delayer not in get_args(DelayerMode):
+        raise ValueError(f"delayer must be one of {get_args(DelayerMode)}; found {delayer!r}")
+    return f"{workload}-dp{dp}-delayer_{delayer}"
+
+
+def _require_server_gpus(tp: int) -> None:
+    """Skip unless ≥2 CUDA GPUs (and ``tp`` of them) are visible and SGLang's GPU dependencies import."""
+    found = require_cuda(2)
+    if found < tp:
+        raise NotImplementedError(f"needs {tp} CUDA GPUs for tp={tp} (DPBENCH_SERVER_TP); found {found}")
+    missing = [m for m in ("sgl_kernel", "flashinfer") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise NotImplementedError(f"SGLang's GPU dependencies missing: {', '.join(missing)} not importable")
+
+
+class ServeThroughput:
+    """Per (workload, DP size, delayer): client throughput/latency and the server's PrefillDelayer counts."""
+
+    params: ClassVar[tuple[list[Any], ...]] = (list(get_args(Workload)), list(get_args(DpSize)),
+                                               list(get_args(DelayerMode)))
+    param_names: ClassVar[list[str]] = ["workload", "dp_size", "delayer"]
+    timeout = 14400
+    version = "server-serve-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        tp = int(os.environ.get("DPBENCH_SERVER_TP", "8"))
+        try:
+            _require_server_gpus(tp)
+        except NotImplementedError as exc:
+            return {"skip": str(exc)}
+        from dpbench.server.run import RunOptions, execute, prepare
+
+        out: dict[str, Any] = {}
+        for workload in get_args(Workload):
+            for dp in get_args(DpSize):
+                for delayer in get_args(DelayerMode):
+                    key = _key(workload, dp, delayer)
+                    opts = RunOptions(spec=workload, tp_size=tp, dp_size=dp, delayer=delayer == "on",
+                                      model_path=os.environ.get("DPBENCH_SERVER_MODEL") or None,
+                                      python=sys.executable)
+                    try:
+                        result = execute(prepare(opts))
+                    except Exception as exc:  # one failed launch must not lose the other runs
+                        out[key] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+                        continue
+                    save_run("server", key, result)
+                    out[key] = {"metrics": result["metrics"]}
+        return out
+
+    setup_cache.timeout = 14400
+
+    def setup(self, cache: dict[str, Any], workload: str, dp_size: int, delayer: str) -> None:
+        if "skip" in cache:
+            raise NotImplementedError(cache["skip"])
+        entry = cache.get(_key(workload, dp_size, delayer))
+        if entry is None or "error" in entry:
+            raise NotImplementedError(f"server run failed: {entry.get('error') if entry else 'missing'}")
+        self.result = entry
+
+    def _m(self, name: str) -> float:
+        return metric(self.result, name)
+
+    def track_request_throughput_per_s(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("request_throughput_per_s")
+
+    track_request_throughput_per_s.unit = "req/s"
+
+    def track_output_tokens_per_s(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("output_tokens_per_s")
+
+    track_output_tokens_per_s.unit = "tok/s"
+
+    def track_goodput_requests_per_s(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("goodput_requests_per_s")
+
+    track_goodput_requests_per_s.unit = "req/s"
+
+    def track_ttft_ms_p50(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("ttft_ms_p50")
+
+    track_ttft_ms_p50.unit = "ms"
+
+    def track_ttft_ms_p99(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("ttft_ms_p99")
+
+    track_ttft_ms_p99.unit = "ms"
+
+    def track_itl_ms_p99(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("itl_ms_p99")
+
+    track_itl_ms_p99.unit = "ms"
+
+    def track_e2e_ms_p99(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("e2e_ms_p99")
+
+    track_e2e_ms_p99.unit = "ms"
+
+    def track_errors(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("errors_total")
+
+    track_errors.unit = "requests"
+
+    def track_delayer_delay_fraction(self, cache, workload, dp_size, delayer) -> float:
+        return self.result["metrics"].get("delayer_delay_fraction", {"value": 0.0})["value"]
+
+    track_delayer_delay_fraction.unit = "fraction of outcomes"
+
+    def track_delayer_outcomes(self, cache, workload, dp_size, delayer) -> float:
+        return self._m("delayer_outcomes_total")
+
+    track_delayer_outcomes.unit = "outcomes"
+
+    def track_kv_token_usage_max(self, cache, workload, dp_size, delayer) -> float:
+        return self.result["metrics"].get("kv_token_usage_fraction_max", {"value": float("nan")})["value"]
+
+    track_kv_token_usage_max.unit = "fraction"
+
+
+# Client comparison at 1,000 concurrent streams against the protocol test double (CPU).
+def _comparison_config():
+    from dpbench.server.client_bench import ComparisonConfig
+
+    return ComparisonConfig(num_requests=3000, concurrency=1000, output_len=8, first_token_delay_s=0.25, itl_s=0.2)
+
+
+class ClientOverhead:
+    """This suite's client, 1,000 streams vs the protocol test double: request rate and TTFT error."""
+
+    timeout = 600
+    version = "server-client-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        from dpbench.server.client_bench import compare
+
+        return compare(_comparison_config(), sglang_python=None, double_python=sys.executable)["clients"][0]
+
+    setup_cache.timeout = 600
+
+    def track_request_rate_per_s(self, row: dict[str, Any]) -> float:
+        return row["request_rate_per_s"]
+
+    track_request_rate_per_s.unit = "req/s"
+
+    def track_ttft_error_ms_mean(self, row: dict[str, Any]) -> float:
+        return row["ttft_error_ms_mean"]
+
+    track_ttft_error_ms_mean.unit = "ms"
+
+    def track_ttft_error_ms_p99(self, row: dict[str, Any]) -> float:
+        return row["ttft_error_ms_p99"]
+
+    track_ttft_error_ms_p99.unit = "ms"
+
+
+class BenchServingReference:
+    """SGLang's own bench_serving, same double and load as ClientOverhead: the reference to beat."""
+
+    timeout = 900
+    version = "server-client-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        from dpbench.server.client_bench import measure_bench_serving
+
+        if importlib.util.find_spec("sglang") is None:
+            return {"skip": "SGLang is not installed in this environment"}
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                return measure_bench_serving(_comparison_config(), sglang_python=sys.executable,
+                                             double_python=sys.executable, workdir=Path(tmp))
+            except RuntimeError as exc:
+                return {"skip": str(exc).splitlines()[0] + " " + str(exc).splitlines()[-1]}
+
+    setup_cache.timeout = 900
+
+    def setup(self, row: dict[str, Any]) -> None:
+        if "skip" in row:
+            raise NotImplementedError(row["skip"])
+
+    def track_request_rate_per_s(self, row: dict[str, Any]) -> float:
+        return row["request_rate_per_s"]
+
+    track_request_rate_per_s.unit = "req/s"
+
+    def track_ttft_error_ms_mean(self, row: dict[str, Any]) -> float:
+        return row["ttft_error_ms_mean"]
+
+    track_ttft_error_ms_mean.unit = "ms"
+
+    def track_ttft_error_ms_p99(self, row: dict[str, Any]) -> float:
+        return row["ttft_error_ms_p99"]
+
+    track_ttft_error_ms_p99.unit = "ms"
