@@ -26,6 +26,7 @@ multiply-add, over the causal (query, key) pairs.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class MLAShape:
     qk_rope_head_dim: int = 64
     qk_nope_head_dim: int = 128
     v_head_dim: int = 128
+    max_context_len: int = field(default=163840, metadata={"help": "max_position_embeddings: sizes the backend's KV-split cap"})
     rope_factor: float = 40.0
     mscale_all_dim: float = 1.0
 
@@ -236,7 +238,8 @@ def sweep(name: str, *, attn_tp_size: int = 1, dtype: str = "bfloat16") -> list[
     full: decode batch 1–256 × context 1k–64k; extend 512–16k new tokens with no prefix and
     with 4k/16k cached; mixed 512–8k extend tokens with 8–128 decodes of 4k/16k. Page sizes
     1 and 64 throughout (an extend with no prefix reads no cache, so it runs at page 1 only).
-    quick and check are subsets of full; tiny is for Triton's interpreter on a CPU.
+    quick and check are subsets of full, kinds interleaved (they run under time budgets);
+    tiny is for Triton's interpreter on a CPU.
     """
     if name not in SWEEPS:
         raise ValueError(f"sweep must be one of {SWEEPS}, got {name!r}")
@@ -275,7 +278,11 @@ def sweep(name: str, *, attn_tp_size: int = 1, dtype: str = "bfloat16") -> list[
     cases += list(_grid("extend", heads, pages, dtype, new_tokens=table["ext_n"], prefix=table["ext_p"]))
     cases += list(_grid("mixed", heads, pages, dtype, new_tokens=table["mix_n"], batch=table["mix_b"],
                         context=table["mix_c"], prefix=(0,)))
-    return cases
+    if name == "full":
+        return cases
+    # Reduced sweeps run under a time budget: interleave the kinds so a cut keeps some of each.
+    by_kind = [[c for c in cases if c.kind == k] for k in KINDS]
+    return [c for group in itertools.zip_longest(*by_kind) for c in group if c is not None]
 
 
 def dp_pairs(cases: Iterable[Case]) -> list[DPPair]:

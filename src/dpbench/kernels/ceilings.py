@@ -46,20 +46,25 @@ def measure_ceilings(device: str = "cuda", *, copy_mib: int | None = None, matmu
         matmul_n = matmul_n or 512
         mm_dtype = torch.float32
         name = "cpu"
-    n_elems = (copy_mib << 20) // 2
-    src = torch.randn(n_elems, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
-    dst = torch.empty_like(src)
-    copy = time_launches(lambda: dst.copy_(src), flush_l2=False, graph_below_ms=0, device=device)
-    moved = 2 * src.numel() * src.element_size()
-    del src, dst
-    a = torch.randn((matmul_n, matmul_n), generator=gen, device=device, dtype=torch.float32).to(mm_dtype)
-    b = torch.randn((matmul_n, matmul_n), generator=gen, device=device, dtype=torch.float32).to(mm_dtype)
-    mm = time_launches(lambda: a @ b, flush_l2=False, graph_below_ms=0, device=device)
-    del a, b
+    copy_s, moved = _copy_seconds(torch, gen, device, (copy_mib << 20) // 2)
+    mm_s = _matmul_seconds(torch, gen, device, matmul_n, mm_dtype)
     if device == "cuda":
         torch.cuda.empty_cache()
     return Ceilings(
-        copy_bytes_per_s=moved / copy.median_s, copy_bytes=moved,
-        matmul_flops_per_s=2 * matmul_n**3 / mm.median_s, matmul_shape=(matmul_n, matmul_n, matmul_n),
+        copy_bytes_per_s=moved / copy_s, copy_bytes=moved,
+        matmul_flops_per_s=2 * matmul_n**3 / mm_s, matmul_shape=(matmul_n, matmul_n, matmul_n),
         matmul_dtype=str(mm_dtype).removeprefix("torch."), device=name,
     )
+
+
+def _copy_seconds(torch: Any, gen: Any, device: str, n_elems: int) -> tuple[float, int]:
+    src = torch.randn(n_elems, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
+    dst = torch.empty_like(src)
+    timing = time_launches(lambda: dst.copy_(src), flush_l2=False, graph_below_ms=0, device=device)
+    return timing.median_s, 2 * src.numel() * src.element_size()
+
+
+def _matmul_seconds(torch: Any, gen: Any, device: str, n: int, dtype: Any) -> float:
+    a = torch.randn((n, n), generator=gen, device=device, dtype=torch.float32).to(dtype)
+    b = torch.randn((n, n), generator=gen, device=device, dtype=torch.float32).to(dtype)
+    return time_launches(lambda: a @ b, flush_l2=False, graph_below_ms=0, device=device).median_s

@@ -18,7 +18,8 @@ replay gives one sample of the per-call time (replay time / launches). A single 
 cannot be flushed inside a graph: that timing is reported with ``cache="warm"``.
 
 Without CUDA (Triton's interpreter on a CPU) the same budgets apply to
-``time.perf_counter`` around each call (``method="cpu-wallclock"``).
+``time.perf_counter`` around each call (``method="cpu-wallclock"``), with the estimate
+taken from one call instead of five.
 """
 
 from __future__ import annotations
@@ -105,8 +106,10 @@ def time_launches(
         return _time_cpu(calls, warmup_ms, rep_ms, quantiles, max_calls)
     if device != "cuda":
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
-    import torch
-
+    try:
+        import torch
+    except ImportError as exc:
+        raise RuntimeError(f"time_launches(device='cuda') needs torch with a CUDA GPU; torch is not importable ({exc})") from exc
     if not torch.cuda.is_available():
         raise RuntimeError("time_launches(device='cuda') needs a CUDA GPU; found none")
     rotating = len(calls) > 1
@@ -159,7 +162,7 @@ def time_launches(
 def _time_graph(torch: Any, calls: list[Callable[[], Any]], estimate_ms: float, n_warmup: int,
                 rep_ms: float, graph_target_ms: float, quantiles: Sequence[float], max_calls: int,
                 cache: str) -> Timing:
-    per_graph = min(max_calls, max(len(calls), int(math.ceil(graph_target_ms / estimate_ms))))
+    per_graph = min(max_calls, max(len(calls), math.ceil(graph_target_ms / estimate_ms)))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up off the default stream, as capture requires
@@ -192,10 +195,10 @@ def _time_cpu(calls: list[Callable[[], Any]], warmup_ms: float, rep_ms: float,
               quantiles: Sequence[float], max_calls: int) -> Timing:
     for fn in calls:
         fn()
+    # Interpreter launches take seconds: one call makes the estimate.
     t0 = time.perf_counter()
-    for i in range(5):
-        calls[i % len(calls)]()
-    estimate_ms = max((time.perf_counter() - t0) * 1e3 / 5, 1e-4)
+    calls[0]()
+    estimate_ms = max((time.perf_counter() - t0) * 1e3, 1e-4)
     n_warmup = min(max_calls, max(1, int(warmup_ms / estimate_ms)))
     n_repeat = min(max_calls, max(1, int(rep_ms / estimate_ms)))
     for i in range(n_warmup):

@@ -68,6 +68,11 @@ EXTEND_REQUIRED = (
 )
 SUPPORTED = "SGLang releases whose Triton attention kernels take " + ", ".join(DECODE_REQUIRED[:10]) + " … (0.5.16 – 0.5.23 verified)"
 
+# Libraries the kernel-modules-only import needs beyond torch and triton (0.5.23, found by
+# trial in an environment holding only torch and triton; 0.5.16 and 0.5.17 need a subset).
+KERNEL_IMPORT_REQUIREMENTS = ("orjson", "psutil", "pybase64", "requests", "packaging", "starlette",
+                              "msgspec", "pydantic", "pyzmq")
+
 # SGLang's default --triton-attention-num-kv-splits (ServerArgs), and the MLA cap's block.
 DEFAULT_NUM_KV_SPLITS = 8
 _MLA_DECODE_MIN_BLOCK_KV = 32
@@ -88,11 +93,17 @@ class AttentionKernels:
     extend_params: tuple[str, ...] = ()
 
     def decode(self, *, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
-               num_kv_splits, max_kv_splits, sm_scale, page_size=1, has_mla=True) -> None:
-        """One ``decode_attention_fwd`` launch, as the Triton backend's ``forward_decode`` makes it."""
+               num_kv_splits, max_kv_splits, sm_scale, page_size=1, has_mla=True, use_pdl=None) -> None:
+        """One ``decode_attention_fwd`` launch, as the Triton backend's ``forward_decode`` makes it.
+
+        ``use_pdl=None`` follows the backend: programmatic dependent launch on CUDA devices
+        of compute capability 9 or newer (``is_arch_support_pdl``), where the kernel takes it.
+        """
         kwargs: dict[str, Any] = {}
         if "has_mla" in self.decode_params:
             kwargs["has_mla"] = has_mla
+        if "use_pdl" in self.decode_params:
+            kwargs["use_pdl"] = pdl_default(q) if use_pdl is None else use_pdl
         if page_size != 1 or "page_size" in self.decode_params:
             if "page_size" not in self.decode_params:
                 raise UnsupportedSGLang(
@@ -143,6 +154,15 @@ class AttentionKernels:
         return out
 
 
+def pdl_default(tensor: Any) -> bool:
+    """SGLang's ``is_arch_support_pdl``: CUDA (not ROCm) with compute capability ≥ 9."""
+    import torch
+
+    if not getattr(tensor, "is_cuda", False) or torch.version.hip:
+        return False
+    return torch.cuda.get_device_capability(tensor.device)[0] >= 9
+
+
 def mla_max_kv_splits(core_count: int, max_context_len: int, base: int = DEFAULT_NUM_KV_SPLITS) -> int:
     """The backend's MLA split cap (0.5.23 ``_mla_decode_kv_splits_cap``): SMs and context bound it.
 
@@ -182,7 +202,7 @@ def _register_bare_parents(module: str) -> None:
     spec = importlib.util.find_spec("sglang")  # finds the top-level package without running it
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("SGLang is not importable here (no 'sglang' package on sys.path)")
-    root = list(spec.submodule_search_locations)[0]
+    root = next(iter(spec.submodule_search_locations))
     parts = module.split(".")[:-1]
     for i in range(1, len(parts) + 1):
         name = ".".join(parts[:i])
@@ -267,18 +287,3 @@ def _adapt(version: str, how: str, dec: types.ModuleType, ext: types.ModuleType,
         decode_params=dparams,
         extend_params=eparams,
     )
-
-
-def load_fused_moe() -> Callable[..., Any] | None:
-    """SGLang's Triton ``fused_moe`` entry point where it imports, else None (the MoE cases then skip)."""
-    for mod in (
-        "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe",
-        "sglang.srt.layers.moe.fused_moe_triton.fused_moe",
-    ):
-        try:
-            fn = getattr(importlib.import_module(mod), "fused_moe", None)
-        except Exception:  # heavy import chains; absence is reported by the caller
-            continue
-        if fn is not None:
-            return fn
-    return None
