@@ -29,7 +29,7 @@ def require_sglang(components: tuple[str, ...] = ("adder", "delayer")) -> dict[s
     whose delayer changed can still run benchmarks that only drive the adder.
     """
     try:
-        from dpbench.sglang_compat import detect
+        import dpbench.sglang_compat.detect as detect
     except ImportError as exc:
         raise NotImplementedError(f"dpbench.sglang_compat unavailable: {exc}") from exc
     try:

@@ -20,8 +20,10 @@ from rich.console import Console
 from dpbench import releases
 from dpbench.paths import project_root
 
-# The embedded default: the CPU tiers. Kernel and server benchmarks skip without GPUs anyway.
-DEFAULT_BENCH = r"^(placement|twin|workloads)\."
+# The embedded default: the CPU tiers that depend on SGLang. Kernel and server benchmarks
+# skip without GPUs anyway; the workload benchmarks measure dpbench itself, not SGLang, so
+# they need one commit only: `asv run --config asv.releases.json -b workloads HEAD^!`.
+DEFAULT_BENCH = r"^(placement|twin)\."
 
 console = Console(stderr=True)
 

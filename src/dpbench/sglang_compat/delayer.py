@@ -6,17 +6,24 @@ SGLang's all-gather over a real ``torch.distributed`` gloo group. What changes
 between releases, and is absorbed here (detected from signatures and attributes,
 not version strings):
 
-- ``PrefillDelayer.__init__``:
-  generation ``"args"`` (0.5.14 – 0.5.18, verified on 0.5.16 and 0.5.17) takes
-  ``(dp_size, attn_tp_size, cpu_group, server_args, max_delay_passes,
-  token_usage_low_watermark, metrics_collector, device, device_group)``;
-  generation ``"runtime_context"`` (0.5.22 – 0.5.23, verified on 0.5.23) takes
-  ``(max_delay_passes, token_usage_low_watermark, metrics_collector,
-  debug_log_enabled)`` and reads the group and sizes from
-  ``sglang.srt.runtime_context``. The generations in between (``dp_size`` without
-  ``server_args``; ``cpu_group`` without ``dp_size``) are refused with
-  :class:`UnsupportedSGLang`: no wheel of theirs was checked.
-- ``PrefillDelayerSinglePassExecutor.finalize``: ``actual_prefill: bool`` (0.5.16 –)
+- ``PrefillDelayer.__init__``, four generations (detected from the signature):
+
+  ================== ============================================ ==========================
+  generation         signature                                    verified on
+  ================== ============================================ ==========================
+  ``args``           ``(dp_size, attn_tp_size, cpu_group,          0.5.16, 0.5.17
+                     server_args, max_delay_passes, ...)``
+  ``sizes_group``    ``(dp_size, attn_tp_size, cpu_group,          0.5.19
+                     max_delay_passes, ...)``; flags from the
+                     published runtime context
+  ``group``          ``(cpu_group, max_delay_passes, ...)``;       0.5.21
+                     sizes and flags from the runtime context
+  ``runtime_context`` ``(max_delay_passes, ...)``; group, sizes    0.5.23
+                     and flags from the runtime context
+  ================== ============================================ ==========================
+
+  Every generation but ``args`` needs :func:`publish_runtime_context` first.
+- ``PrefillDelayerSinglePassExecutor.finalize``: ``actual_prefill: bool`` (0.5.16, 0.5.17)
   or ``actual_prefill_bs: int`` returning the observed batch size (0.5.23).
 - The scheduler's ``max_prefill_bs`` bookkeeping (passed to ``PrefillAdder`` and
   from there to the negotiation): a running maximum (0.5.16), a running maximum
@@ -43,11 +50,14 @@ from pathlib import Path
 from typing import Any
 
 GENERATION_ARGS = "args"
+GENERATION_SIZES_GROUP = "sizes_group"
+GENERATION_GROUP = "group"
 GENERATION_RUNTIME_CONTEXT = "runtime_context"
 SUPPORTED = (
-    "PrefillDelayer(dp_size, attn_tp_size, cpu_group, server_args, ...) (0.5.14 – 0.5.18) or "
-    "PrefillDelayer(max_delay_passes, token_usage_low_watermark, metrics_collector, ...) reading "
-    "sglang.srt.runtime_context (0.5.22 – 0.5.23)"
+    "PrefillDelayer(dp_size, attn_tp_size, cpu_group, server_args, ...) (0.5.16, 0.5.17), "
+    "PrefillDelayer(dp_size, attn_tp_size, cpu_group, max_delay_passes, ...) (0.5.19), "
+    "PrefillDelayer(cpu_group, max_delay_passes, ...) (0.5.21) or "
+    "PrefillDelayer(max_delay_passes, token_usage_low_watermark, metrics_collector, ...) (0.5.23)"
 )
 
 
@@ -133,10 +143,15 @@ class _ArgsGenerationServerArgs:
 
 def detect_generation(delayer_cls: type) -> str:
     params = inspect.signature(delayer_cls.__init__).parameters
-    if {"dp_size", "attn_tp_size", "cpu_group", "server_args"} <= params.keys():
-        return GENERATION_ARGS
-    if "cpu_group" not in params and "dp_size" not in params and "max_delay_passes" in params:
-        return GENERATION_RUNTIME_CONTEXT
+    if "max_delay_passes" in params:
+        if {"dp_size", "attn_tp_size", "cpu_group", "server_args"} <= params.keys():
+            return GENERATION_ARGS
+        if {"dp_size", "attn_tp_size", "cpu_group"} <= params.keys() and "server_args" not in params:
+            return GENERATION_SIZES_GROUP
+        if "cpu_group" in params and not {"dp_size", "server_args"} & params.keys():
+            return GENERATION_GROUP
+        if not {"cpu_group", "dp_size", "server_args"} & params.keys():
+            return GENERATION_RUNTIME_CONTEXT
     raise _unsupported(
         f"PrefillDelayer.__init__{inspect.signature(delayer_cls.__init__)} is not a known shape; "
         f"supported: {SUPPORTED}"
@@ -152,8 +167,13 @@ class _GroupHandle:
         self.device = "cpu"
 
 
+def needs_runtime_context(generation: str) -> bool:
+    """Whether this generation's delayer reads flags or sizes from ``sglang.srt.runtime_context``."""
+    return generation != GENERATION_ARGS
+
+
 def publish_runtime_context(dp_size: int, settings: DelayerSettings) -> None:
-    """Publish SGLang's process-wide config for a DP-attention engine with the delayer on (0.5.22+).
+    """Publish SGLang's process-wide config for a DP-attention engine with the delayer on (0.5.19+).
 
     Call once in the parent before forking the ranks: the published context is
     inherited by every child.
@@ -196,6 +216,28 @@ def build_delayer(
             device="cpu",
             device_group=None,
         )
+    elif generation == GENERATION_SIZES_GROUP:
+        delayer = mod.PrefillDelayer(
+            dp_size=dp_size,
+            attn_tp_size=1,
+            cpu_group=cpu_group,
+            max_delay_passes=settings.max_delay_passes,
+            token_usage_low_watermark=settings.token_usage_low_watermark,
+            metrics_collector=metrics_collector,
+            device="cpu",
+            device_group=None,
+            debug_log_enabled=False,
+        )
+    elif generation == GENERATION_GROUP:
+        delayer = mod.PrefillDelayer(
+            cpu_group=cpu_group,
+            max_delay_passes=settings.max_delay_passes,
+            token_usage_low_watermark=settings.token_usage_low_watermark,
+            metrics_collector=metrics_collector,
+            device="cpu",
+            device_group=None,
+            debug_log_enabled=False,
+        )
     else:
         from sglang.srt.runtime_context import get_parallel
 
@@ -207,11 +249,13 @@ def build_delayer(
                 metrics_collector=metrics_collector,
                 debug_log_enabled=False,
             )
-        if getattr(delayer, "num_dp_ranks", dp_size) != dp_size:
-            raise _unsupported(
-                f"PrefillDelayer read num_dp_ranks={delayer.num_dp_ranks} from the runtime context, "
-                f"expected {dp_size}: publish_runtime_context({dp_size}, ...) must run first"
-            )
+    ranks_seen = getattr(delayer, "num_dp_ranks", getattr(delayer, "dp_size", dp_size))
+    if ranks_seen != dp_size or not getattr(delayer, "attn_dp_enabled", getattr(delayer, "enable_dp_attention", True)):
+        raise _unsupported(
+            f"PrefillDelayer came up for {ranks_seen} DP ranks (DP attention "
+            f"{getattr(delayer, 'attn_dp_enabled', getattr(delayer, 'enable_dp_attention', '?'))}), expected "
+            f"{dp_size} with DP attention: publish_runtime_context({dp_size}, ...) must run first"
+        )
     if getattr(delayer, "_queue_trigger_enabled", False):
         raise RuntimeError(
             "PrefillDelayer came up with its queue trigger enabled; it reads wall-clock time "
@@ -238,7 +282,7 @@ class PassExecutor:
         """Finalize as the installed scheduler does; returns (observed prefill bs, the pass's outcome)."""
         if self.reported_prefillable is None:
             self.reported_prefillable = False  # finalize negotiates local_prefillable=False
-        params = inspect.signature(self.executor.finalize).parameters
+        params = _finalize_params(type(self.executor))
         if "actual_prefill_bs" in params:
             observed = int(self.executor.finalize(actual_prefill_bs=actual_prefill_bs))
         elif "actual_prefill" in params:
@@ -247,12 +291,23 @@ class PassExecutor:
         else:
             raise _unsupported(
                 f"PrefillDelayerSinglePassExecutor.finalize{inspect.signature(self.executor.finalize)} "
-                "takes neither actual_prefill (0.5.16 – 0.5.22) nor actual_prefill_bs (0.5.23)"
+                "takes neither actual_prefill (seen on 0.5.16, 0.5.17) nor actual_prefill_bs (seen on 0.5.23)"
             )
         if self.collector.last is None:
             raise RuntimeError("PrefillDelayerSinglePassExecutor.finalize recorded no outcome")
         outcome, self.collector.last = self.collector.last, None
         return observed, outcome
+
+
+_FINALIZE_PARAMS: dict[type, frozenset[str]] = {}
+
+
+def _finalize_params(executor_cls: type) -> frozenset[str]:
+    found = _FINALIZE_PARAMS.get(executor_cls)
+    if found is None:
+        found = frozenset(inspect.signature(executor_cls.finalize).parameters)
+        _FINALIZE_PARAMS[executor_cls] = found
+    return found
 
 
 def new_pass(delayer: Any, collector: RecordingCollector, token_usage: float) -> PassExecutor:
@@ -329,37 +384,23 @@ def scheduler_max_prefill_bs_decay() -> float | None:
 
 
 class ReqProgress:
-    """How the installed ``Req`` records computed KV, as SGLang's cache does after each forward.
+    """After a forward, record on the installed ``Req`` how many of its tokens are in the KV pool.
 
-    Two shapes: ``prefix_indices`` (a tensor of KV slots; ChunkCache's
-    ``cache_unfinished_req`` sets it after a chunk, 0.5.16 – 0.5.17) or ``prefix_len``
-    (an int, 0.5.23). The extend range is ``extend_range`` (Range) or ``extend_end``.
+    What SGLang's cache does between passes (ChunkCache's ``cache_unfinished_req``):
+    ``req.prefix_indices = <the request's KV slots>`` (0.5.16 – 0.5.17) or
+    ``req.prefix_len = n`` (0.5.23). ``AdderKit.complete_extend`` advances the prefix too,
+    but allocates the slots itself and does not hand them back; the twin needs them to
+    free the request's KV when it finishes or is retracted, so it allocates and sets here.
     """
 
     def __init__(self, req_cls: type) -> None:
-        import torch
-
-        self._torch = torch
         src = inspect.getsource(req_cls.__init__)
         self.uses_prefix_indices = "self.prefix_indices" in src
-        self.uses_extend_range = "self.extend_range" in src
         if not self.uses_prefix_indices and "self.prefix_len" not in src:
             raise _unsupported("Req keeps neither prefix_indices nor prefix_len; cannot track computed KV")
-        if not self.uses_extend_range and "self.extend_end" not in src:
-            raise _unsupported("Req keeps neither extend_range nor extend_end; cannot read admitted chunk")
-
-    def computed(self, req: Any) -> int:
-        return len(req.prefix_indices) if self.uses_prefix_indices else int(req.prefix_len)
-
-    def extend_tokens(self, req: Any) -> int:
-        """Tokens the adder admitted for this forward (``extend_range`` length)."""
-        if self.uses_extend_range:
-            rng = req.extend_range
-            return int(rng.end - rng.start)
-        return int(req.extend_end - req.prefix_len)
 
     def set_computed(self, req: Any, kv_slots: Any) -> None:
-        """After a forward: the request's first ``len(kv_slots)`` tokens are in the KV pool."""
+        """The request's first ``len(kv_slots)`` tokens are in the KV pool, in these slots."""
         if self.uses_prefix_indices:
             req.prefix_indices = kv_slots
         else:

@@ -1,0 +1,8 @@
+"""Scheduler twin: SGLang's real PrefillAdder and PrefillDelayer on N DP-rank processes joined by gloo, simulated time.
+
+- :mod:`.config` — frozen run settings; :mod:`.scheduler` — one rank's pass and state;
+  :mod:`.ranks` — the rank processes and the lockstep loop; :mod:`.cost` — the model of
+  time; :mod:`.metrics` — what a run reports; :mod:`.run` — the entry point
+  (``python -m dpbench.twin.run``); :mod:`.plot` — the timeline; :mod:`.cli` —
+  ``dpbench twin run``; :mod:`.bench` — a fixed rank for timing one pass.
+"""

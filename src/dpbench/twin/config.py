@@ -7,6 +7,8 @@ from typing import Literal, get_args
 
 Dispatch = Literal["round_robin", "shortest_queue"]
 DISPATCHES: tuple[str, ...] = get_args(Dispatch)
+StepExchange = Literal["shared_memory", "gloo"]
+STEP_EXCHANGES: tuple[str, ...] = get_args(StepExchange)
 MAX_DP_SIZE = 16
 
 
@@ -73,6 +75,13 @@ class TwinConfig:
         default=None, metadata={"help": "replay only the first N requests of the trace (None: all)"}
     )
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    step_exchange: StepExchange = field(
+        default="shared_memory",
+        metadata={
+            "help": "how ranks all-gather what they ran each step (the twin's bookkeeping; the delayer's "
+            "negotiation always uses SGLang's gloo all-gather): shared_memory (fast) or gloo"
+        },
+    )
     deadline_s: float = field(default=600.0, metadata={"help": "hard wall-clock limit for the whole run"})
     record_timeline: bool = field(default=True, metadata={"help": "keep per-step, per-rank records for --plot"})
 
@@ -89,5 +98,7 @@ class TwinConfig:
             )
         if self.max_requests is not None and self.max_requests < 1:
             raise TwinConfigError(f"max_requests must be ≥ 1 or None, got {self.max_requests}")
+        if self.step_exchange not in STEP_EXCHANGES:
+            raise TwinConfigError(f"step_exchange must be one of {STEP_EXCHANGES}, got {self.step_exchange!r}")
         if not self.deadline_s > 0:
             raise TwinConfigError(f"deadline_s must be > 0, got {self.deadline_s}")

@@ -6,9 +6,10 @@ implementations:
 
 - :class:`RooflineModel` — documented H200 roofline defaults for the model config
   (below); used when no calibration file is given.
-- :class:`CalibratedModel` — attention time per rank from a kernel-tier calibration
-  file (``dpbench.kernels.calibration``), the rest (projections, MoE, collectives,
-  LM head, overhead) from the roofline.
+- :class:`CalibratedModel` — attention core time per rank from a kernel-tier
+  calibration file (``dpbench.kernels.calibration``: measured per-layer times, times
+  ``num_hidden_layers``), the rest (projections, MoE, collectives, LM head, overhead)
+  from the roofline.
 
 The forward of a DP-attention MoE model (DeepSeek-V2/V3 in SGLang with
 ``--enable-dp-attention``): each rank runs attention (and its projections) for its own
@@ -238,26 +239,27 @@ class CalibratedModel(RooflineModel):
 
         self.path = Path(calibration_path)
         self.calibration: Any = load_calibration(self.path, allow_interpreter=allow_interpreter)
-        # "layer" (estimate for one layer) or "forward" (all layers); the file says which.
-        self.scope = str(getattr(self.calibration, "scope", "layer"))
-        if self.scope not in ("layer", "forward"):
-            raise ValueError(
-                f"{self.path}: calibration scope must be 'layer' or 'forward', found {self.scope!r}"
-            )
+        # The kernels tier's files hold per-layer times ("scope": "per-layer").
+        data = getattr(self.calibration, "data", None)
+        self.scope = str(getattr(data, "scope", "per-layer"))
+        if self.scope != "per-layer":
+            raise ValueError(f"{self.path}: calibration scope must be 'per-layer', found {self.scope!r}")
 
     def attention_s(self, w: RankWork) -> float:
         if w.kind == "idle" or w.new_tokens == 0:
             return 0.0
-        per_req_context = max(1, math.ceil(w.context_tokens / max(w.num_reqs, 1)))
-        est = float(
-            self.calibration.estimate_s(
-                w.kind, batch=max(w.num_reqs, 1), context=per_req_context, new_tokens=w.new_tokens
-            )
-        )
-        layers = self.model.num_hidden_layers if self.scope == "layer" else 1
+        reqs = max(w.num_reqs, 1)
+        if w.kind == "extend":
+            # the calibration's extend context is the cached prefix per request
+            prefix = max(0, w.context_tokens - w.new_tokens) // reqs
+            est = self.calibration.estimate_s("extend", batch=reqs, context=prefix, new_tokens=w.new_tokens)
+        else:
+            mean_ctx = max(1, math.ceil(w.context_tokens / reqs))
+            est = self.calibration.estimate_s("decode", batch=reqs, context=mean_ctx, new_tokens=reqs)
+        layers = self.model.num_hidden_layers
         d = self.device
         proj = self._roof(2 * w.new_tokens * self.attn_weights, self.attn_weights * d.weight_bytes, d.gemm_efficiency)
-        return est * layers + self.model.num_hidden_layers * proj
+        return float(est) * layers + layers * proj
 
     def describe(self) -> str:
         cal = self.calibration

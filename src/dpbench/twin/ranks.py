@@ -12,7 +12,11 @@ loopback port, builds the installed SGLang's real ``PrefillDelayer`` on it, and 
    happens inside it, exactly once per pass);
 3. applies its forward to its state, then all-gathers what it ran (kind, tokens,
    KV), so every rank computes the same step duration from the cost model and
-   advances the same clock — the one place simulated time moves.
+   advances the same clock — the one place simulated time moves. This step exchange
+   is the twin's bookkeeping, not SGLang's: by default it goes through shared memory
+   and one barrier (:class:`SharedMemoryExchange`, ~0.1 ms for 4 ranks on 2 cores),
+   or through a second gloo all-gather (:class:`GlooExchange`, ~4 ms there); both give
+   identical results (checked on long-prompt-burst, 4 ranks × 2,000 requests).
 
 The parent watches the ranks: a rank that raises or dies, a hard deadline, or Ctrl-C
 ends the run with every rank process killed and joined, and a :class:`TwinRankError`
@@ -21,6 +25,7 @@ that names the rank and the cause.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
@@ -74,6 +79,55 @@ class Arrivals:
         return len(self.ids)
 
 
+class SharedMemoryExchange:
+    """The end-of-step all-gather over shared memory: each rank writes its row, one barrier, all read.
+
+    Double-buffered by step parity, so one barrier per step suffices: a rank can only
+    write buffer ``k % 2`` again at step ``k + 2``, after every rank passed barrier
+    ``k + 1``, i.e. after every rank read step ``k``. On a 2-core machine this costs
+    ~0.1 ms per step for 4 ranks where a gloo all-gather costs ~4 ms (measured).
+    """
+
+    name = "shared_memory"
+
+    def __init__(self, ctx: Any, dp_size: int, deadline_s: float) -> None:
+        self.n = dp_size
+        self._buf = ctx.RawArray("q", 2 * dp_size * _NUM_FIELDS)
+        self._barrier = ctx.Barrier(dp_size)
+        self._timeout = deadline_s
+        self._step = 0
+
+    def all_gather(self, rank: int, row: Sequence[int], group: Any) -> list[list[int]]:
+        del group
+        base = (self._step % 2) * self.n * _NUM_FIELDS
+        self._step += 1
+        off = base + rank * _NUM_FIELDS
+        self._buf[off : off + _NUM_FIELDS] = list(row)
+        self._barrier.wait(timeout=self._timeout)
+        flat = self._buf[base : base + self.n * _NUM_FIELDS]
+        return [flat[r * _NUM_FIELDS : (r + 1) * _NUM_FIELDS] for r in range(self.n)]
+
+
+class GlooExchange:
+    """The end-of-step all-gather as one ``all_gather_into_tensor`` on the ranks' gloo group."""
+
+    name = "gloo"
+
+    def __init__(self, dp_size: int) -> None:
+        self.n = dp_size
+        self._gathered = None
+
+    def all_gather(self, rank: int, row: Sequence[int], group: Any) -> list[list[int]]:
+        import torch
+        import torch.distributed as dist
+
+        if self._gathered is None:
+            self._gathered = torch.zeros(self.n * _NUM_FIELDS, dtype=torch.int64)
+        local = torch.tensor(list(row), dtype=torch.int64)
+        dist.all_gather_into_tensor(self._gathered, local, group=group)
+        return self._gathered.view(self.n, _NUM_FIELDS).tolist()
+
+
 @dataclass(frozen=True)
 class RankJob:
     """Everything a rank process needs; inherited through fork, never pickled."""
@@ -84,6 +138,7 @@ class RankJob:
     cost: ExecutionTimeModel
     port: int
     make_kit: Callable[[], Any]
+    exchange: Any  # SharedMemoryExchange | GlooExchange
 
 
 @dataclass
@@ -99,6 +154,7 @@ class RankResult:
     reported: np.ndarray  # int8: 1 told the delayer prefillable, 0 not, -1 no delayer
     allowed: np.ndarray  # int8: the delayer's verdict (1 allow), -1 no delayer
     admitted: np.ndarray  # int16 requests admitted for prefill
+    chunk_continued: np.ndarray  # int8: the pass continued a chunked prefill
     pass_us: np.ndarray  # float32 wall time of the scheduler pass
     outcome_labels: list[tuple[str, str, str, str]]
     requests: list[tuple[int, float, float, float, int, int]]  # index, arrival, first, finish, out, retractions
@@ -140,11 +196,9 @@ def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> No
         result = lockstep(rank, job, dist.group.WORLD, progress=conn if rank == 0 else None)
         conn.send(("result", rank, result))
         dist.destroy_process_group()
-    except BaseException as exc:  # noqa: BLE001 - everything goes to the parent
-        try:
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
             conn.send(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-        except Exception:  # noqa: BLE001
-            pass
         conn.close()
         os._exit(1)
     conn.close()
@@ -153,9 +207,6 @@ def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> No
 
 def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None = None) -> RankResult:
     """The twin's main loop on one rank (see the module docstring)."""
-    import torch
-    import torch.distributed as dist
-
     from dpbench.sglang_compat.delayer import DelayerSettings, RecordingCollector, build_delayer
 
     cfg = job.config
@@ -180,8 +231,7 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
     )
     arrivals = job.arrivals
     total = len(arrivals)
-    local = torch.zeros(_NUM_FIELDS, dtype=torch.int64)
-    gathered = torch.zeros(n * _NUM_FIELDS, dtype=torch.int64)
+    local = [0] * _NUM_FIELDS
 
     rec_kind: list[int] = []
     rec_new: list[int] = []
@@ -190,6 +240,7 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
     rec_reported: list[int] = []
     rec_allowed: list[int] = []
     rec_admitted: list[int] = []
+    rec_chunk: list[int] = []
     rec_pass_us: list[float] = []
     step_end: list[float] = []
     labels: dict[tuple[str, str, str, str], int] = {}
@@ -247,8 +298,7 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
         local[_F_WORK] = int(sched.has_work)
         local[_F_KV] = sched.kv_used
         local[_F_DONE] = finished_local
-        dist.all_gather_into_tensor(gathered, local, group=group)
-        rows = gathered.view(n, _NUM_FIELDS).tolist()
+        rows = job.exchange.all_gather(rank, local, group)
         works = [
             RankWork(KIND_NAMES[r[_F_KIND]], r[_F_REQS], r[_F_NEW], r[_F_CTX], r[_F_PAIRS]) for r in rows
         ]
@@ -268,6 +318,7 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
         rec_new.append(plan.new_tokens)
         rec_kv.append(sched.kv_used)
         rec_admitted.append(plan.admitted)
+        rec_chunk.append(int(plan.continued_chunk))
         if plan.outcome is not None:
             key = plan.outcome.labels()
             rec_outcome.append(labels.setdefault(key, len(labels)))
@@ -303,6 +354,7 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
         reported=np.asarray(rec_reported, dtype=np.int8),
         allowed=np.asarray(rec_allowed, dtype=np.int8),
         admitted=np.asarray(rec_admitted, dtype=np.int16),
+        chunk_continued=np.asarray(rec_chunk, dtype=np.int8),
         pass_us=np.asarray(rec_pass_us, dtype=np.float32),
         outcome_labels=[k for k, _ in sorted(labels.items(), key=lambda kv: kv[1])],
         requests=[
@@ -410,13 +462,15 @@ def _raise_first_failure(procs: Sequence[Any], open_conns: dict[Connection, int]
             pass
     for r, p in enumerate(procs):
         if p.exitcode is not None and p.exitcode < 0:
-            raise TwinRankError(f"rank {r} {_exit_cause(p.exitcode)} (the run was stopped)", rank=r)
+            raise TwinRankError(f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} (the run was stopped)", rank=r)
     if errors:
         r = min(errors) if first is None else first[0]
         raise TwinRankError(f"rank {r} failed: {errors[r].strip()}", rank=r)
     for r, p in enumerate(procs):
         if p.exitcode is not None:
-            raise TwinRankError(f"rank {r} {_exit_cause(p.exitcode)} without reporting a result", rank=r)
+            raise TwinRankError(
+                f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} without reporting a result", rank=r
+            )
     raise TwinRankError("a rank stopped without a result or an error")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import sys
 import time
 from collections.abc import Callable
@@ -21,10 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.twin.config import DISPATCHES, SchedulerSettings, TwinConfig
+from dpbench.twin.config import DISPATCHES, STEP_EXCHANGES, SchedulerSettings, TwinConfig
 from dpbench.twin.cost import make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
-from dpbench.twin.ranks import Arrivals, RankJob, RankResult, free_port, run_ranks
+from dpbench.twin.ranks import (
+    Arrivals,
+    GlooExchange,
+    RankJob,
+    RankResult,
+    SharedMemoryExchange,
+    free_port,
+    run_ranks,
+)
 
 ProgressFn = Callable[[int, int, int, float], None]  # finished, total, steps, simulated s
 
@@ -38,7 +47,7 @@ def _import_sglang(config: TwinConfig) -> tuple[Any, dict[str, Any]]:
     from sglang.srt.managers import prefill_delayer as pd
 
     generation = compat.detect_generation(pd.PrefillDelayer)
-    if generation == compat.GENERATION_RUNTIME_CONTEXT:
+    if compat.needs_runtime_context(generation):
         compat.publish_runtime_context(
             config.dp_size,
             compat.DelayerSettings(
@@ -52,7 +61,7 @@ def _import_sglang(config: TwinConfig) -> tuple[Any, dict[str, Any]]:
         from dpbench.sglang_compat.detect import sglang_info
 
         info = sglang_info(kit.generation, components=("adder",))
-    except Exception as exc:  # noqa: BLE001 - describe what we can
+    except Exception as exc:
         import sglang
 
         info = {"version": getattr(sglang, "__version__", None), "commit": None, "generation": str(exc)}
@@ -66,7 +75,7 @@ def _placement() -> dict[str, Any] | None:
 
         found = analyse_installed()
         return {"label": found.label, "source": "static", "negotiation_line": found.negotiation_line}
-    except Exception:  # noqa: BLE001 - the placement tier reports its own errors
+    except Exception:
         return None
 
 
@@ -112,8 +121,12 @@ def run_twin(
         ignore_eos=bool(spec.ignore_eos),
         token_ids=lambda i: ordered[i].token_ids(vocab),
     )
+    if config.step_exchange == "gloo":
+        exchange: Any = GlooExchange(config.dp_size)
+    else:
+        exchange = SharedMemoryExchange(mp.get_context("fork"), config.dp_size, config.deadline_s)
     job = RankJob(config=config, arrivals=arrivals, kv_tokens=kv_tokens, cost=cost, port=free_port(),
-                  make_kit=lambda: kit)
+                  make_kit=lambda: kit, exchange=exchange)
     total = len(ordered)
     results = run_ranks(
         job,
@@ -122,6 +135,12 @@ def run_twin(
     metrics, extra = compute(results, delayer_on=config.scheduler.enable_prefill_delayer)
     wall = time.perf_counter() - t_start
     notes = [f"cost model: {cost.describe()}"]
+    if config.scheduler.enable_prefill_delayer:
+        notes.append(
+            "delayer: SGLang's own PrefillDelayer negotiating over gloo; its queue trigger is off "
+            "(prefill_delayer_queue_min_ratio unset, SGLang's default), so no wall-clock reading "
+            "(max_delay_ms) reaches a verdict"
+        )
     notes.append(
         "prefix sharing off (RadixCache disable=True, SGLang's ChunkCache behaviour); "
         f"max_prefill_bs tracking: {results[0].max_prefill_bs_kind}"
@@ -135,6 +154,7 @@ def run_twin(
             "seed": spec.seed if seed is None else seed,
             "num_requests": total,
             "cost_model": cost.name,
+            "step_exchange": config.step_exchange,
         },
         kv_plan=kv_plan.as_dict() if kv_plan is not None else None,
     )
@@ -166,6 +186,9 @@ def timeline(results: list[RankResult]) -> dict[str, Any]:
             [("" if o < 0 else f"{lab[o][0]}/{lab[o][2] or 'none'}") for o in r.outcome.tolist()]
             for r, lab in zip(results, labels, strict=True)
         ],
+        "rank_admitted": [r.admitted.tolist() for r in results],
+        "rank_chunk_continued": [r.chunk_continued.tolist() for r in results],
+        "rank_reported": [r.reported.tolist() for r in results],
         "rank_false_report": [((r.reported == 1) & (r.allowed == 1) & (r.admitted == 0)).astype(int).tolist()
                               for r in results],
     }
@@ -180,8 +203,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=None, help="override the spec's num_requests")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--kv-tokens", type=int, default=None, help="KV pool per rank (default: planner)")
+    p.add_argument("--chunked-prefill-size", type=int, default=SchedulerSettings().chunked_prefill_size,
+                   help="global --chunked-prefill-size (SGLang divides it by dp_size per rank)")
     p.add_argument("--calibration", default=None)
     p.add_argument("--deadline", type=float, default=600.0)
+    p.add_argument("--step-exchange", choices=STEP_EXCHANGES, default="shared_memory")
     p.add_argument("--no-timeline", action="store_true")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--events", action="store_true", help="JSON progress lines on stdout")
@@ -197,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         dp_size=args.dp,
         dispatch=args.dispatch,
         max_total_tokens_per_rank=args.kv_tokens,
-        scheduler=replace(SchedulerSettings(), enable_prefill_delayer=not args.no_delayer),
+        scheduler=replace(SchedulerSettings(), enable_prefill_delayer=not args.no_delayer,
+                          chunked_prefill_size=args.chunked_prefill_size),
         deadline_s=args.deadline,
+        step_exchange=args.step_exchange,
         record_timeline=not args.no_timeline,
     )
 
@@ -214,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"event": "error", "rank": exc.rank, "message": str(exc)}), flush=True)
         print(f"twin failed: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:  # a bad spec, model config, calibration or setting: the message says which
+        print(json.dumps({"event": "error", "rank": None, "message": str(exc)}), flush=True)
+        print(f"twin: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("twin interrupted; every rank process was stopped", file=sys.stderr)
+        return 130
     save(args.output, result)
     if args.events:
         print(json.dumps({"event": "done", "output": str(args.output)}), flush=True)

@@ -63,6 +63,7 @@ class PassPlan:
     reported_prefillable: bool | None
     admitted: int  # requests the adder admitted this pass (0: no prefill)
     retracted: int
+    continued_chunk: bool = False  # the pass continued a chunked prefill (add_chunked_req)
 
 
 class RankScheduler:
@@ -127,6 +128,7 @@ class RankScheduler:
     def plan(self) -> PassPlan:
         """Decide this rank's forward for the step (SGLang's ``get_next_batch_to_run``)."""
         executor: PassExecutor | None = None
+        continuing = self.chunked is not None
         self.max_prefill_bs.before_pass()
         if self.delayer is not None:
             executor = new_pass(self.delayer, self.collector, token_usage=self.kv_used / self.kv_capacity)
@@ -146,12 +148,12 @@ class RankScheduler:
             ctx = 0
             pairs = 0
             for t in batch:
-                n = self.progress.extend_tokens(t.req)
-                p = self.progress.computed(t.req)
+                n = self.kit.extend_tokens(t.req)
+                p = self.kit.computed_tokens(t.req)
                 new_tokens += n
                 ctx += p + n
                 pairs += n * p + n * (n + 1) // 2
-            return PassPlan(KIND_EXTEND, batch, new_tokens, ctx, pairs, outcome, reported, admitted, 0)
+            return PassPlan(KIND_EXTEND, batch, new_tokens, ctx, pairs, outcome, reported, admitted, 0, continuing)
         retracted = self._make_room_for_decode()
         if self.running:
             ctx = sum(t.kv_tokens + 1 for t in self.running)
@@ -247,7 +249,7 @@ class RankScheduler:
         finished: list[TrackedReq] = []
         if plan.kind == KIND_EXTEND:
             for t in plan.batch:
-                n = self.progress.extend_tokens(t.req)
+                n = self.kit.extend_tokens(t.req)
                 self._grow(t, n)
                 self.progress.set_computed(t.req, self._slots(t))
                 if t is self.chunked:

@@ -1,0 +1,229 @@
+"""`dpbench twin …`: run the scheduler twin (real PrefillAdder + PrefillDelayer on N gloo ranks) for a workload."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    help="Scheduler twin: SGLang's real PrefillAdder and PrefillDelayer on N DP ranks joined by gloo, on CPU.",
+    no_args_is_help=True,
+)
+
+DEFAULT_SGLANG = "0.5.23"
+SUMMARY_METRICS = (
+    "dp_mixed_step_fraction",
+    "false_prefillable_reports_count",
+    "steps_count",
+    "steps_mixed_count",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "request_throughput_req_per_s",
+    "output_tokens_per_s",
+    "kv_utilization_p50",
+    "kv_utilization_max",
+    "retractions_count",
+    "scheduler_pass_us_p50",
+    "passes_per_s",
+)
+
+
+def _installed_sglang() -> str | None:
+    if importlib.util.find_spec("sglang") is None:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
+
+
+def _module_args(spec: str, dp: int, opts: dict[str, Any], output: Path) -> list[str]:
+    args = [spec, "--dp", str(dp), "-o", str(output), "--events"]
+    for flag, value in opts.items():
+        if value is None or value is False:
+            continue
+        args += [flag] if value is True else [flag, str(value)]
+    return args
+
+
+def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_event: Any) -> None:
+    """``python -m dpbench.twin.run`` in SGLang ``version``'s environment, streaming its progress events."""
+    from dpbench.envs import ensure_env
+    from dpbench.paths import project_root
+
+    python = ensure_env(version).python
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    with tempfile.TemporaryFile(mode="w+") as errf:
+        proc = subprocess.Popen(
+            [str(python), "-m", "dpbench.twin.run", *args],
+            stdout=subprocess.PIPE, stderr=errf, text=True, cwd=project_root(), env=env,
+        )
+        error: dict[str, Any] | None = None
+        try:
+            assert proc.stdout is not None
+            end = time.monotonic() + deadline_s + 120  # the run enforces its own deadline first
+            for line in proc.stdout:
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if event.get("event") == "error":
+                    error = event
+                on_event(event)
+                if time.monotonic() > end:
+                    break
+            proc.wait(timeout=max(1.0, end - time.monotonic()))
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if proc.returncode != 0:
+            errf.seek(0)
+            tail = errf.read()[-3000:]
+            if error is not None:
+                raise RuntimeError(error["message"])
+            raise RuntimeError(f"the twin exited with status {proc.returncode} under SGLang {version}:\n{tail}")
+
+
+def _run_here(spec: str, dp: int, *, dispatch: str, delayer: bool, seed: int | None, kv_tokens: int | None,
+              requests: int | None, calibration: Path | None, deadline: float, timeline: bool, output: Path,
+              on_event: Any) -> None:
+    from dataclasses import replace
+
+    from dpbench.results import save
+    from dpbench.twin.config import SchedulerSettings, TwinConfig
+    from dpbench.twin.ranks import TwinRankError
+    from dpbench.twin.run import run_twin
+
+    config = TwinConfig(
+        dp_size=dp, dispatch=dispatch, max_total_tokens_per_rank=kv_tokens, deadline_s=deadline,
+        scheduler=replace(SchedulerSettings(), enable_prefill_delayer=delayer), record_timeline=timeline,
+    )
+
+    def progress(done: int, total: int, steps: int, sim: float) -> None:
+        on_event({"event": "progress", "done": done, "total": total, "steps": steps, "sim_s": sim})
+
+    try:
+        result = run_twin(spec, config, calibration=calibration, seed=seed, num_requests=requests,
+                          on_progress=progress)
+    except (TwinRankError, ValueError) as exc:
+        raise RuntimeError(str(exc)) from None
+    save(output, result)
+
+
+def summary_table(result: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    s = result["sglang"]
+    title = (
+        f"twin · {result['workload']['name']} · SGLang {s.get('version')} "
+        f"({(result.get('placement') or {}).get('label', '?')} placement) · "
+        f"dp {result['extra']['config']['dp_size']}"
+    )
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    metrics = result["metrics"]
+    for name in SUMMARY_METRICS:
+        if name in metrics:
+            m = metrics[name]
+            v = m["value"]
+            table.add_row(name, f"{v:,.4g}" if isinstance(v, float) else f"{v:,}", m["unit"])
+    return table
+
+
+@app.command()
+def run(
+    spec: Annotated[str, typer.Argument(help="workload spec: a shipped name (long-prompt-burst, …) or a YAML path")],
+    dp: Annotated[int, typer.Option("--dp", help="DP ranks (processes), 2 … 16")] = 4,
+    calibration: Annotated[
+        Path | None, typer.Option(help="kernel calibration JSON for the cost model (default: H200 roofline)")
+    ] = None,
+    sglang: Annotated[
+        str | None,
+        typer.Option(help=f"SGLang release to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"),
+    ] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the run result JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a plotly timeline (HTML) here")] = None,
+    requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
+    dispatch: Annotated[str, typer.Option(help="round_robin or shortest_queue")] = "round_robin",
+    delayer: Annotated[bool, typer.Option("--delayer/--no-delayer", help="--enable-prefill-delayer")] = True,
+    seed: Annotated[int | None, typer.Option(help="trace seed (default: the spec's)")] = None,
+    kv_tokens: Annotated[int | None, typer.Option(help="KV pool per rank in tokens (default: planner)")] = None,
+    deadline: Annotated[float, typer.Option(help="hard wall-clock limit, seconds")] = 600.0,
+) -> None:
+    """Replay SPEC's trace through N twin ranks and print a summary table."""
+    from dpbench.progress import console, progress
+    from dpbench.results import load, save
+    from dpbench.twin.config import DISPATCHES, TwinConfig, TwinConfigError
+
+    err = console()
+    if dispatch not in DISPATCHES:
+        raise typer.BadParameter(f"must be one of {', '.join(DISPATCHES)}; got {dispatch!r}", param_hint="--dispatch")
+    try:
+        TwinConfig(dp_size=dp, dispatch=dispatch, deadline_s=deadline)  # validate before any heavy work
+    except TwinConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if calibration is not None and not calibration.is_file():
+        raise typer.BadParameter(f"no such file: {calibration}", param_hint="--calibration")
+
+    installed = _installed_sglang()
+    version = sglang or installed or DEFAULT_SGLANG
+    with tempfile.TemporaryDirectory() as tmp, progress() as bar:
+        task = bar.add_task(f"twin {spec} · SGLang {version} · dp {dp}: importing SGLang", total=None)
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event.get("event") == "progress":
+                bar.update(task, completed=event["done"], total=event["total"],
+                           description=f"twin {spec} · SGLang {version} · dp {dp}: "
+                                       f"{event['steps']:,} steps, {event['sim_s']:.0f} simulated s")
+
+        out = Path(tmp) / "result.json"
+        opts = {
+            "--requests": requests, "--dispatch": dispatch, "--no-delayer": not delayer, "--seed": seed,
+            "--kv-tokens": kv_tokens, "--calibration": calibration.resolve() if calibration else None,
+            "--deadline": deadline, "--no-timeline": plot is None,
+        }
+        try:
+            if installed is not None and version == installed:
+                # SGLang is importable here (an asv or release env): run in-process
+                _run_here(spec, dp, dispatch=dispatch, delayer=delayer, seed=seed, kv_tokens=kv_tokens,
+                          requests=requests, calibration=calibration, deadline=deadline, timeline=plot is not None,
+                          output=out, on_event=on_event)
+            else:
+                _run_in_release_env(version, _module_args(spec, dp, opts, out), deadline, on_event)
+        except RuntimeError as exc:
+            err.print(f"[red]twin failed:[/] {exc}")
+            raise typer.Exit(1) from None
+        result = load(out)
+    console_out = __import__("rich.console", fromlist=["Console"]).Console()
+    console_out.print(summary_table(result))
+    for note in result.get("notes", []):
+        err.print(f"[dim]{note}[/]")
+    err.print(f"wall time {result['wall_time_s']:.1f} s")
+    if output is not None:
+        if plot is None:
+            result["extra"].pop("timeline", None)
+        save(output, result)
+        err.print(f"saved {output}")
+    if plot is not None:
+        from dpbench.twin.plot import write_timeline
+
+        write_timeline(result, plot)
+        err.print(f"plot {plot}")

@@ -1,0 +1,145 @@
+"""The twin on real SGLang wheels (0.5.16 early placement, 0.5.23 post-KV) at small scale, in release envs.
+
+Each run is ``python -m dpbench.twin.run`` inside the release's environment: real
+PrefillAdder, real PrefillDelayer negotiating over gloo between 2 rank processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sglang
+
+SPEC = "long-prompt-burst"
+SMALL = ["--dp", "2", "--requests", "60", "--no-timeline"]
+# Wall-clock metrics: real time, so they differ run to run by design.
+WALL_METRICS = {"scheduler_pass_us_p50", "passes_per_s"}
+OUTCOME_LABELS = {
+    "input_estimation": {"all", "mixed", "none"},
+    "output_allow": {"true", "false"},
+    "output_reason": {"no_wait", "wait_success", "delay", "wait_timeout", "token_watermark", ""},
+    "actual_execution": {"true", "false"},
+}
+
+
+def _twin(env, out: Path, *extra: str, timeout: float = 600) -> dict:
+    proc = subprocess.run(
+        [str(env.python), "-m", "dpbench.twin.run", SPEC, *SMALL, "-o", str(out), *extra],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(release_env, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("twin")
+    return {v: _twin(release_env(v), tmp / f"{v}.json") for v in ("0.5.16", "0.5.23")}
+
+
+@pytest.mark.parametrize("version, placement, delayer_gen", [("0.5.16", "early", "args"),
+                                                              ("0.5.23", "post-kv", "runtime_context")])
+def test_twin_runs_the_release(runs, version, placement, delayer_gen):
+    r = runs[version]
+    assert r["tier"] == "twin"
+    assert r["sglang"]["version"] == version
+    assert r["sglang"]["delayer_generation"] == delayer_gen
+    assert r["placement"]["label"] == placement
+    m = {k: v["value"] for k, v in r["metrics"].items()}
+    assert m["requests_finished_count"] == 60
+    assert m["steps_count"] == sum(m[f"steps_{k}_count"] for k in ("extend", "decode", "mixed", "idle"))
+    assert 0.9 < m["kv_utilization_max"] <= 1.0  # the spec drives the pool to ≥ 95 %
+    outcomes = r["extra"]["prefill_delayer_outcomes_total"]
+    # one outcome per rank per pass, labelled as SGLang's prefill_delayer_outcomes_total
+    assert sum(o["count"] for o in outcomes) == 2 * m["steps_count"]
+    for o in outcomes:
+        for label, allowed in OUTCOME_LABELS.items():
+            assert o[label] in allowed
+    assert "roofline" in r["notes"][0]
+
+
+def test_early_placement_reports_false_prefillable(runs):
+    """PR #31835's failure mode shows on 0.5.16 and not (or less) on 0.5.23, same trace."""
+    early = runs["0.5.16"]["metrics"]
+    post = runs["0.5.23"]["metrics"]
+    assert early["false_prefillable_reports_count"]["value"] > 0
+    assert early["false_prefillable_reports_count"]["value"] > post["false_prefillable_reports_count"]["value"]
+
+
+def test_same_release_spec_seed_give_identical_metrics(runs, release_env, tmp_path):
+    again = _twin(release_env("0.5.23"), tmp_path / "again.json")
+    first = {k: v for k, v in runs["0.5.23"]["metrics"].items() if k not in WALL_METRICS}
+    second = {k: v for k, v in again["metrics"].items() if k not in WALL_METRICS}
+    assert first == second
+    assert runs["0.5.23"]["extra"]["prefill_delayer_outcomes_total"] == again["extra"]["prefill_delayer_outcomes_total"]
+
+
+def test_gloo_step_exchange_matches_shared_memory(runs, release_env, tmp_path):
+    """The twin's own end-of-step exchange (shared memory by default) changes no simulated number."""
+    gloo = _twin(release_env("0.5.23"), tmp_path / "gloo.json", "--step-exchange", "gloo")
+    assert gloo["extra"]["config"]["step_exchange"] == "gloo"
+    first = {k: v for k, v in runs["0.5.23"]["metrics"].items() if k not in WALL_METRICS}
+    assert first == {k: v for k, v in gloo["metrics"].items() if k not in WALL_METRICS}
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(entry))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
+    env = release_env("0.5.23")
+    proc = subprocess.Popen(
+        [str(env.python), "-m", "dpbench.twin.run", SPEC, "--dp", "2", "--requests", "400", "--no-timeline",
+         "-o", str(tmp_path / "never.json"), "--events"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    ranks: list[int] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # wait until the ranks are stepping
+            if json.loads(line).get("event") == "progress":
+                break
+        ranks = _children(proc.pid)
+        assert len(ranks) == 2, f"expected 2 rank processes under {proc.pid}, found {ranks}"
+        victim = ranks[1]
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, err[-2000:]
+    events = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    error = next(e for e in events if e["event"] == "error")
+    assert f"rank {error['rank']} (pid {victim}) killed by SIGKILL" in error["message"]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in ranks), "a rank process outlived the run"
+    assert not (tmp_path / "never.json").exists()

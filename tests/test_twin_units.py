@@ -1,0 +1,211 @@
+"""Twin pieces that need no SGLang: config validation, the cost model, step classification, metrics, plot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpbench.twin.config import SchedulerSettings, TwinConfig, TwinConfigError
+from dpbench.twin.cost import RankWork, RooflineModel
+from dpbench.twin.metrics import classify_steps, compute, false_reports
+from dpbench.twin.ranks import RankResult
+from dpbench.workload.models import load_model_config
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"dp_size": 1}, "dp_size must be an integer in 2 … 16"),
+        ({"dp_size": 17}, "dp_size must be an integer in 2 … 16"),
+        ({"dispatch": "random"}, "dispatch must be one of ('round_robin', 'shortest_queue')"),
+        ({"max_total_tokens_per_rank": 3}, "max_total_tokens_per_rank must be ≥ 16"),
+        ({"step_exchange": "nccl"}, "step_exchange must be one of"),
+        ({"deadline_s": 0}, "deadline_s must be > 0"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs, needle):
+    with pytest.raises(TwinConfigError) as err:
+        TwinConfig(**kwargs)
+    assert needle in str(err.value)
+
+
+def test_scheduler_settings_divide_global_flags_per_rank():
+    s = SchedulerSettings()
+    assert s.per_rank_chunked_prefill_size(4) == 2048  # SGLang: chunked_prefill_size // dp_size
+    assert s.per_rank_max_running_requests(8) == 512
+    with pytest.raises(TwinConfigError, match="prefill_delayer_token_usage_low_watermark"):
+        SchedulerSettings(prefill_delayer_token_usage_low_watermark=1.5)
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    return RooflineModel(load_model_config("deepseek-v3"), dp_size=4)
+
+
+def test_step_waits_for_the_slowest_rank(roofline):
+    decode = RankWork("decode", num_reqs=64, new_tokens=64, context_tokens=64 * 6000)
+    extend = RankWork("extend", num_reqs=1, new_tokens=2048, context_tokens=2048, attn_pairs=2048 * 2049 // 2)
+    pure_decode = roofline.step_time([decode] * 4)
+    mixed = roofline.step_time([extend, decode, decode, decode])
+    assert roofline.attention_s(extend) > roofline.attention_s(decode)
+    assert mixed > pure_decode
+    # the mixed step costs what its extend rank costs: swapping which rank extends changes nothing
+    assert roofline.step_time([decode, decode, extend, decode]) == pytest.approx(mixed)
+
+
+def test_moe_runs_over_all_ranks_tokens(roofline):
+    one = RankWork("decode", num_reqs=8, new_tokens=8, context_tokens=8 * 1000)
+    idle = RankWork("idle")
+    # an idle rank still waits for the MoE over the other ranks' tokens
+    assert roofline.step_time([one, idle, idle, idle]) < roofline.step_time([one] * 4)
+    assert roofline.moe_layer_s(4000) > roofline.moe_layer_s(40)
+    assert "no calibration file" in roofline.describe()
+
+
+def test_decode_is_memory_bound_on_kv(roofline):
+    short = RankWork("decode", num_reqs=32, new_tokens=32, context_tokens=32 * 1000)
+    long = RankWork("decode", num_reqs=32, new_tokens=32, context_tokens=32 * 16000)
+    assert roofline.attention_s(long) > 4 * roofline.attention_s(short) / 2
+
+
+def _rank(kind, reported=None, allowed=None, admitted=None, kv=None):
+    n = len(kind)
+    fill = np.full(n, -1, dtype=np.int8)
+    return RankResult(
+        rank=0, steps=n, kind=np.asarray(kind, dtype=np.int8), new_tokens=np.ones(n, dtype=np.int32),
+        kv_used=np.asarray(kv if kv is not None else [50] * n, dtype=np.int32),
+        outcome=np.zeros(n, dtype=np.int16) if reported is not None else np.full(n, -1, dtype=np.int16),
+        reported=np.asarray(reported, dtype=np.int8) if reported is not None else fill,
+        allowed=np.asarray(allowed, dtype=np.int8) if allowed is not None else fill,
+        admitted=np.asarray(admitted if admitted is not None else [0] * n, dtype=np.int16),
+        chunk_continued=np.zeros(n, dtype=np.int8),
+        pass_us=np.full(n, 100.0, dtype=np.float32), outcome_labels=[("all", "true", "no_wait", "false")],
+        requests=[(0, 0.0, 1.0, 2.0, 10, 0)], retractions=0, kv_capacity=100,
+        step_end_s=np.arange(1, n + 1, dtype=np.float64), loop_wall_s=1.0, max_prefill_bs_kind="running_max",
+    )
+
+
+def test_step_classification():
+    # steps: extend+extend, decode+decode, extend+decode, idle+idle, extend+idle
+    a = _rank([2, 1, 2, 0, 2])
+    b = _rank([2, 1, 1, 0, 0])
+    assert classify_steps([a, b]).tolist() == [0, 1, 2, 3, 0]
+
+
+def test_false_report_needs_report_allow_and_no_admission():
+    r = _rank([1, 1, 2, 1], reported=[1, 1, 1, 0], allowed=[1, 0, 1, 1], admitted=[0, 0, 2, 0])
+    assert false_reports([r]).tolist() == [[True, False, False, False]]
+
+
+def test_compute_metrics_units_and_values():
+    a = _rank([2, 1, 2, 1], reported=[1, 1, 1, 1], allowed=[1, 1, 1, 1], admitted=[1, 0, 1, 0], kv=[10, 20, 30, 99])
+    b = _rank([2, 1, 1, 1], reported=[1, 1, 1, 0], allowed=[1, 1, 1, 1], admitted=[1, 0, 0, 0])
+    metrics, extra = compute([a, b], delayer_on=True)
+    assert metrics["dp_mixed_step_fraction"].value == pytest.approx(1 / 4)
+    assert metrics["dp_mixed_step_fraction"].unit == "fraction"
+    assert metrics["false_prefillable_reports_count"].value == 4  # a: steps 1, 3; b: steps 1, 2
+    assert metrics["false_report_mixed_steps_count"].value == 1
+    assert metrics["kv_utilization_max"].value == pytest.approx(0.99)
+    assert metrics["ttft_ms_p50"].value == pytest.approx(1000.0)
+    assert extra["prefill_delayer_outcomes_total"][0]["count"] == 8
+
+
+def test_plot_marks_mixed_steps(tmp_path):
+    pytest.importorskip("plotly")
+    from dpbench.twin.plot import build_figure, write_timeline
+    from dpbench.twin.run import timeline
+
+    a = _rank([2, 1, 2], reported=[1, 1, 1], allowed=[1, 1, 1], admitted=[1, 0, 1])
+    b = _rank([2, 1, 1], reported=[1, 1, 0], allowed=[1, 1, 1], admitted=[1, 0, 0])
+    metrics, _ = compute([a, b], delayer_on=True)
+    result = {
+        "sglang": {"version": "test"}, "placement": {"label": "early"}, "workload": {"name": "w"},
+        "metrics": {k: m.as_dict() for k, m in metrics.items()}, "extra": {"timeline": timeline([a, b])},
+    }
+    fig = build_figure(result)
+    mixed = next(t for t in fig.data if t.name == "DP-mixed step")
+    assert list(mixed.x) == [2]
+    false = next(t for t in fig.data if t.name == "false prefillable report")
+    assert len(false.x) == 2
+    out = write_timeline(result, tmp_path / "t.html")
+    assert "<html>" in out.read_text()[:200]
+
+
+def _calibration_file(path):
+    from dpbench.kernels.calibration import save_calibration
+
+    def point(kind, form, batch, context, new_tokens, prefix, median_s):
+        return {
+            "case": f"{kind}-{form}-{batch}-{context}-{new_tokens}-{prefix}", "kind": kind, "form": form,
+            "heads": 128, "page_size": 1, "dtype": "bfloat16", "batch": batch, "context": context,
+            "new_tokens": new_tokens, "prefix": prefix, "median_s": median_s, "quantiles_s": {},
+            "bytes": 1, "flops": 1, "bandwidth_bytes_per_s": 0.0, "flops_per_s": 0.0,
+            "copy_bandwidth_fraction": 0.0, "matmul_rate_fraction": 0.0, "rel_error": 0.0,
+        }
+
+    points = [point("decode", "mla", b, c, b, 0, 1e-6 * b * c / 1000) for b in (1, 64) for c in (1000, 8000)]
+    points += [point("extend", "mha", 1, 0, n, 0, 1e-9 * n * n) for n in (512, 4096)]
+    points += [point("extend", "mla", 1, p, n, p, 1e-9 * n * (n + p)) for n in (512, 4096) for p in (1000, 8000)]
+    save_calibration(path, {
+        "schema": "dpbench.kernel-calibration/1", "device": "cpu (test)", "interpreter": True,
+        "sglang_version": "test", "import_path": "test", "created": "2026-11-29T00:00:00Z",
+        "attn_tp_size": 1, "heads": 128, "default_page_size": 1, "sweep": "test",
+        "ceilings": {"copy_bytes_per_s": 1e12, "copy_bytes": 1, "matmul_flops_per_s": 1e14,
+                     "matmul_shape": [1, 1, 1], "matmul_dtype": "bf16", "device": "cpu"},
+        "points": points,
+    })
+    return path
+
+
+def test_calibrated_model_reads_per_layer_attention(tmp_path):
+    pytest.importorskip("pydantic")
+    from dpbench.kernels.calibration import CalibrationError
+    from dpbench.twin.cost import CalibratedModel, make_cost_model
+
+    path = _calibration_file(tmp_path / "cal.json")
+    model = load_model_config("deepseek-v3")
+    with pytest.raises(CalibrationError, match="interpreter"):
+        make_cost_model(model, 4, path)
+    cal = make_cost_model(model, 4, path, allow_interpreter=True)
+    assert isinstance(cal, CalibratedModel) and "calibrated attention" in cal.describe()
+    roof = RooflineModel(model, 4)
+    decode = RankWork("decode", num_reqs=64, new_tokens=64, context_tokens=64 * 1000)
+    measured = cal.calibration.estimate_s("decode", batch=64, context=1000, new_tokens=64)
+    assert measured == pytest.approx(64e-6)
+    d = roof.device
+    proj = roof._roof(2 * 64 * roof.attn_weights, roof.attn_weights * d.weight_bytes, d.gemm_efficiency)
+    assert cal.attention_s(decode) == pytest.approx(model.num_hidden_layers * (measured + proj))
+    # only attention changes: an idle step costs the same under both models
+    idle = [RankWork("idle")] * 4
+    assert cal.step_time(idle) == pytest.approx(roof.step_time(idle))
+
+
+def test_delayer_generation_is_told_from_the_signature():
+    from dpbench.sglang_compat import delayer as compat
+
+    class Args:
+        def __init__(self, dp_size, attn_tp_size, cpu_group, server_args, max_delay_passes, token_usage_low_watermark,
+                     metrics_collector=None, device="cpu", device_group=None): ...
+
+    class SizesGroup:
+        def __init__(self, dp_size, attn_tp_size, cpu_group, max_delay_passes, token_usage_low_watermark,
+                     metrics_collector=None, device="cpu", device_group=None, debug_log_enabled=True): ...
+
+    class Group:
+        def __init__(self, cpu_group, max_delay_passes, token_usage_low_watermark, metrics_collector=None,
+                     device="cpu", device_group=None, debug_log_enabled=True): ...
+
+    class Context:
+        def __init__(self, max_delay_passes, token_usage_low_watermark, metrics_collector=None,
+                     debug_log_enabled=True): ...
+
+    class Unknown:
+        def __init__(self, group, passes): ...
+
+    assert compat.detect_generation(Args) == "args"
+    assert compat.detect_generation(SizesGroup) == "sizes_group"
+    assert compat.detect_generation(Group) == "group"
+    assert compat.detect_generation(Context) == "runtime_context"
+    assert not compat.needs_runtime_context("args") and compat.needs_runtime_context("group")
+    with pytest.raises(RuntimeError, match=r"not a known shape; supported: .*0\.5\.21"):
+        compat.detect_generation(Unknown)
