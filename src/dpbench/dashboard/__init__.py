@@ -1,0 +1,1 @@
+"""The dpbench dashboard: asv results + run files → a static plotly site, and commit comparison."""
