@@ -57,7 +57,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def bench_command(
     versions: list[str] = typer.Argument(None, help="SGLang releases (default: 0.5.16 0.5.17 0.5.23)"),
     bench: str = typer.Option(DEFAULT_BENCH, "--bench", "-b", help="asv benchmark regex"),
-    rerun: bool = typer.Option(False, help="re-run commits that already have results"),
+    rerun: bool = typer.Option(False, help="re-run benchmarks that already have results"),
 ) -> None:
     """The main job: asv over SGLang releases (CPU tiers), then asv's site and the dashboard."""
     root = project_root()
@@ -70,7 +70,7 @@ def bench_command(
     _run([*asv, "machine", "--yes", *conf], cwd=root)
     run = [*asv, "run", *conf, "--show-stderr", "--bench", bench, "--launch-method", "spawn"]
     if not rerun:
-        run.append("--skip-existing-commits")
+        run.append("--skip-existing")
     _run([*run, "ALL"], cwd=root)
     _run([*asv, "publish", *conf], cwd=root)
     site = None
