@@ -250,7 +250,10 @@ def build_delayer(
                 debug_log_enabled=False,
             )
     ranks_seen = getattr(delayer, "num_dp_ranks", getattr(delayer, "dp_size", dp_size))
-    if ranks_seen != dp_size or not getattr(delayer, "attn_dp_enabled", getattr(delayer, "enable_dp_attention", True)):
+    dp_enabled = getattr(delayer, "attn_dp_enabled", getattr(delayer, "enable_dp_attention", True))
+    # One rank (the pass-timing benchmark): SGLang's ServerArgs turns DP attention off at
+    # dp_size 1, and the delayer then gathers a (1, 1, fields) buffer, the same as one DP rank.
+    if ranks_seen != dp_size or (dp_size > 1 and not dp_enabled):
         raise _unsupported(
             f"PrefillDelayer came up for {ranks_seen} DP ranks (DP attention "
             f"{getattr(delayer, 'attn_dp_enabled', getattr(delayer, 'enable_dp_attention', '?'))}), expected "
