@@ -67,7 +67,11 @@ def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_eve
     with tempfile.TemporaryFile(mode="w+") as errf:
         proc = subprocess.Popen(
             [str(python), "-m", "dpbench.twin.run", *args],
-            stdout=subprocess.PIPE, stderr=errf, text=True, cwd=project_root(), env=env,
+            stdout=subprocess.PIPE,
+            stderr=errf,
+            text=True,
+            cwd=project_root(),
+            env=env,
         )
         error: dict[str, Any] | None = None
         try:
@@ -97,12 +101,27 @@ def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_eve
             tail = errf.read()[-3000:]
             if error is not None:
                 raise RuntimeError(error["message"])
-            raise RuntimeError(f"the twin exited with status {proc.returncode} under SGLang {version}:\n{tail}")
+            raise RuntimeError(
+                f"the twin exited with status {proc.returncode} under SGLang {version}:\n{tail}"
+            )
 
 
-def _run_here(spec: str, dp: int, *, dispatch: str, delayer: bool, seed: int | None, kv_tokens: int | None,
-              requests: int | None, calibration: Path | None, deadline: float, timeline: bool, output: Path,
-              on_event: Any) -> None:
+def _run_here(
+    spec: str,
+    dp: int,
+    *,
+    dispatch: str,
+    delayer: bool,
+    seed: int | None,
+    kv_tokens: int | None,
+    chunked_prefill_size: int,
+    requests: int | None,
+    calibration: Path | None,
+    deadline: float,
+    timeline: bool,
+    output: Path,
+    on_event: Any,
+) -> None:
     from dataclasses import replace
 
     from dpbench.results import save
@@ -111,16 +130,30 @@ def _run_here(spec: str, dp: int, *, dispatch: str, delayer: bool, seed: int | N
     from dpbench.twin.run import run_twin
 
     config = TwinConfig(
-        dp_size=dp, dispatch=dispatch, max_total_tokens_per_rank=kv_tokens, deadline_s=deadline,
-        scheduler=replace(SchedulerSettings(), enable_prefill_delayer=delayer), record_timeline=timeline,
+        dp_size=dp,
+        dispatch=dispatch,
+        max_total_tokens_per_rank=kv_tokens,
+        deadline_s=deadline,
+        scheduler=replace(
+            SchedulerSettings(),
+            enable_prefill_delayer=delayer,
+            chunked_prefill_size=chunked_prefill_size,
+        ),
+        record_timeline=timeline,
     )
 
     def progress(done: int, total: int, steps: int, sim: float) -> None:
         on_event({"event": "progress", "done": done, "total": total, "steps": steps, "sim_s": sim})
 
     try:
-        result = run_twin(spec, config, calibration=calibration, seed=seed, num_requests=requests,
-                          on_progress=progress)
+        result = run_twin(
+            spec,
+            config,
+            calibration=calibration,
+            seed=seed,
+            num_requests=requests,
+            on_progress=progress,
+        )
     except (TwinRankError, ValueError) as exc:
         raise RuntimeError(str(exc)) from None
     save(output, result)
@@ -150,22 +183,40 @@ def summary_table(result: dict[str, Any]) -> Any:
 
 @app.command()
 def run(
-    spec: Annotated[str, typer.Argument(help="workload spec: a shipped name (long-prompt-burst, …) or a YAML path")],
+    spec: Annotated[
+        str,
+        typer.Argument(help="workload spec: a shipped name (long-prompt-burst, …) or a YAML path"),
+    ],
     dp: Annotated[int, typer.Option("--dp", help="DP ranks (processes), 2 … 16")] = 4,
     calibration: Annotated[
-        Path | None, typer.Option(help="kernel calibration JSON for the cost model (default: H200 roofline)")
+        Path | None,
+        typer.Option(help="kernel calibration JSON for the cost model (default: H200 roofline)"),
     ] = None,
     sglang: Annotated[
         str | None,
-        typer.Option(help=f"SGLang release to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"),
+        typer.Option(
+            help=f"SGLang release to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"
+        ),
     ] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the run result JSON here")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="write the run result JSON here")
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="write a plotly timeline (HTML) here")] = None,
     requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
     dispatch: Annotated[str, typer.Option(help="round_robin or shortest_queue")] = "round_robin",
-    delayer: Annotated[bool, typer.Option("--delayer/--no-delayer", help="--enable-prefill-delayer")] = True,
+    delayer: Annotated[
+        bool, typer.Option("--delayer/--no-delayer", help="--enable-prefill-delayer")
+    ] = True,
     seed: Annotated[int | None, typer.Option(help="trace seed (default: the spec's)")] = None,
-    kv_tokens: Annotated[int | None, typer.Option(help="KV pool per rank in tokens (default: planner)")] = None,
+    kv_tokens: Annotated[
+        int | None, typer.Option(help="KV pool per rank in tokens (default: planner)")
+    ] = None,
+    chunked_prefill_size: Annotated[
+        int,
+        typer.Option(
+            help="global --chunked-prefill-size; SGLang divides it by the DP size per rank"
+        ),
+    ] = 8192,
     deadline: Annotated[float, typer.Option(help="hard wall-clock limit, seconds")] = 600.0,
 ) -> None:
     """Replay SPEC's trace through N twin ranks and print a summary table."""
@@ -175,9 +226,13 @@ def run(
 
     err = console()
     if dispatch not in DISPATCHES:
-        raise typer.BadParameter(f"must be one of {', '.join(DISPATCHES)}; got {dispatch!r}", param_hint="--dispatch")
+        raise typer.BadParameter(
+            f"must be one of {', '.join(DISPATCHES)}; got {dispatch!r}", param_hint="--dispatch"
+        )
     try:
-        TwinConfig(dp_size=dp, dispatch=dispatch, deadline_s=deadline)  # validate before any heavy work
+        TwinConfig(
+            dp_size=dp, dispatch=dispatch, deadline_s=deadline
+        )  # validate before any heavy work
     except TwinConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
     if calibration is not None and not calibration.is_file():
@@ -186,26 +241,50 @@ def run(
     installed = _installed_sglang()
     version = sglang or installed or DEFAULT_SGLANG
     with tempfile.TemporaryDirectory() as tmp, progress() as bar:
-        task = bar.add_task(f"twin {spec} · SGLang {version} · dp {dp}: importing SGLang", total=None)
+        task = bar.add_task(
+            f"twin {spec} · SGLang {version} · dp {dp}: importing SGLang", total=None
+        )
 
         def on_event(event: dict[str, Any]) -> None:
             if event.get("event") == "progress":
-                bar.update(task, completed=event["done"], total=event["total"],
-                           description=f"twin {spec} · SGLang {version} · dp {dp}: "
-                                       f"{event['steps']:,} steps, {event['sim_s']:.0f} simulated s")
+                bar.update(
+                    task,
+                    completed=event["done"],
+                    total=event["total"],
+                    description=f"twin {spec} · SGLang {version} · dp {dp}: "
+                    f"{event['steps']:,} steps, {event['sim_s']:.0f} simulated s",
+                )
 
         out = Path(tmp) / "result.json"
         opts = {
-            "--requests": requests, "--dispatch": dispatch, "--no-delayer": not delayer, "--seed": seed,
-            "--kv-tokens": kv_tokens, "--calibration": calibration.resolve() if calibration else None,
-            "--deadline": deadline, "--no-timeline": plot is None,
+            "--requests": requests,
+            "--dispatch": dispatch,
+            "--no-delayer": not delayer,
+            "--seed": seed,
+            "--kv-tokens": kv_tokens,
+            "--chunked-prefill-size": chunked_prefill_size,
+            "--calibration": calibration.resolve() if calibration else None,
+            "--deadline": deadline,
+            "--no-timeline": plot is None,
         }
         try:
             if installed is not None and version == installed:
                 # SGLang is importable here (an asv or release env): run in-process
-                _run_here(spec, dp, dispatch=dispatch, delayer=delayer, seed=seed, kv_tokens=kv_tokens,
-                          requests=requests, calibration=calibration, deadline=deadline, timeline=plot is not None,
-                          output=out, on_event=on_event)
+                _run_here(
+                    spec,
+                    dp,
+                    dispatch=dispatch,
+                    delayer=delayer,
+                    seed=seed,
+                    kv_tokens=kv_tokens,
+                    chunked_prefill_size=chunked_prefill_size,
+                    requests=requests,
+                    calibration=calibration,
+                    deadline=deadline,
+                    timeline=plot is not None,
+                    output=out,
+                    on_event=on_event,
+                )
             else:
                 _run_in_release_env(version, _module_args(spec, dp, opts, out), deadline, on_event)
         except RuntimeError as exc:
