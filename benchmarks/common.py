@@ -15,7 +15,9 @@ def require_cuda(n: int = 1) -> int:
     try:
         import torch
     except ImportError as exc:
-        raise NotImplementedError(f"needs ≥{n} CUDA GPU(s); torch is not importable ({exc})") from exc
+        raise NotImplementedError(
+            f"needs ≥{n} CUDA GPU(s); torch is not importable ({exc})"
+        ) from exc
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if found < n:
         raise NotImplementedError(f"needs ≥{n} CUDA GPU(s); found {found}")
@@ -43,7 +45,11 @@ def require_sglang(components: tuple[str, ...] = ("adder", "delayer")) -> dict[s
 def run_file(tier: str, name: str) -> Path:
     """results/runs/<commit>/<tier>/<name>.json, the commit being asv's (ASV_COMMIT) or 'local'."""
     commit = os.environ.get("ASV_COMMIT", "local")
-    root = Path(os.environ["ASV_CONF_DIR"]) / "results" if "ASV_CONF_DIR" in os.environ else results_dir()
+    root = (
+        Path(os.environ["ASV_CONF_DIR"]) / "results"
+        if "ASV_CONF_DIR" in os.environ
+        else results_dir()
+    )
     safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
     return root / "runs" / commit / tier / f"{safe}.json"
 
@@ -58,4 +64,6 @@ def metric(result: dict[str, Any], name: str) -> float:
     try:
         return result["metrics"][name]["value"]
     except KeyError:
-        raise KeyError(f"metric {name!r} not in run result; has {sorted(result.get('metrics', {}))}") from None
+        raise KeyError(
+            f"metric {name!r} not in run result; has {sorted(result.get('metrics', {}))}"
+        ) from None

@@ -42,8 +42,12 @@ def _prepare(case: Case) -> dict[str, Any]:
     splits = None
     if case.kind == "decode":
         seq_lens = torch.full((case.batch,), case.context, dtype=torch.int32, device="cuda")
-        splits = kernels.num_kv_splits(seq_lens, num_heads=case.heads, max_kv_splits=max_splits, core_count=cores)
-    inputs = make_inputs(case, device="cuda", seed=0, max_kv_splits=max_splits, num_kv_splits=splits)
+        splits = kernels.num_kv_splits(
+            seq_lens, num_heads=case.heads, max_kv_splits=max_splits, core_count=cores
+        )
+    inputs = make_inputs(
+        case, device="cuda", seed=0, max_kv_splits=max_splits, num_kv_splits=splits
+    )
     verdict = verify(kernels, inputs)
     if not verdict.ok:
         raise AssertionError(f"{case.name}: wrong result, {verdict.reason}")
@@ -52,7 +56,13 @@ def _prepare(case: Case) -> dict[str, Any]:
     sets = _rotated_sets(inputs, n_sets, seed=1)
     if "copy" not in _CEILINGS:
         _CEILINGS["copy"] = measure_ceilings("cuda", copy_mib=1024, matmul_n=4096)
-    return {"kernels": kernels, "sets": sets, "launch": launch, "torch": torch, "ceilings": _CEILINGS["copy"]}
+    return {
+        "kernels": kernels,
+        "sets": sets,
+        "launch": launch,
+        "torch": torch,
+        "ceilings": _CEILINGS["copy"],
+    }
 
 
 class _AttentionLaunch:
@@ -81,7 +91,11 @@ class _AttentionLaunch:
         return self._timing_result().median_s * 1e6
 
     def _copy_bw_fraction(self) -> float:
-        return self.case.bytes / self._timing_result().median_s / self.state["ceilings"].copy_bytes_per_s
+        return (
+            self.case.bytes
+            / self._timing_result().median_s
+            / self.state["ceilings"].copy_bytes_per_s
+        )
 
 
 class DecodeAttention(_AttentionLaunch):
@@ -91,7 +105,9 @@ class DecodeAttention(_AttentionLaunch):
     param_names: ClassVar[list[str]] = ["page_size", "batch", "context"]
 
     def setup(self, page_size: int, batch: int, context: int) -> None:
-        self._setup_case(Case("decode", heads=HEADS, page_size=page_size, batch=batch, context=context))
+        self._setup_case(
+            Case("decode", heads=HEADS, page_size=page_size, batch=batch, context=context)
+        )
 
     def time_launch_and_sync(self, page_size: int, batch: int, context: int) -> None:
         self._launch_and_sync()
@@ -113,7 +129,9 @@ class ExtendAttention(_AttentionLaunch):
     param_names: ClassVar[list[str]] = ["page_size", "new_tokens", "prefix"]
 
     def setup(self, page_size: int, new_tokens: int, prefix: int) -> None:
-        self._setup_case(Case("extend", heads=HEADS, page_size=page_size, new_tokens=new_tokens, prefix=prefix))
+        self._setup_case(
+            Case("extend", heads=HEADS, page_size=page_size, new_tokens=new_tokens, prefix=prefix)
+        )
 
     def time_launch_and_sync(self, page_size: int, new_tokens: int, prefix: int) -> None:
         self._launch_and_sync()
@@ -135,16 +153,28 @@ class MixedAttention(_AttentionLaunch):
     param_names: ClassVar[list[str]] = ["page_size", "new_tokens", "batch", "context"]
 
     def setup(self, page_size: int, new_tokens: int, batch: int, context: int) -> None:
-        self._setup_case(Case("mixed", heads=HEADS, page_size=page_size, new_tokens=new_tokens,
-                              batch=batch, context=context))
+        self._setup_case(
+            Case(
+                "mixed",
+                heads=HEADS,
+                page_size=page_size,
+                new_tokens=new_tokens,
+                batch=batch,
+                context=context,
+            )
+        )
 
-    def time_launch_and_sync(self, page_size: int, new_tokens: int, batch: int, context: int) -> None:
+    def time_launch_and_sync(
+        self, page_size: int, new_tokens: int, batch: int, context: int
+    ) -> None:
         self._launch_and_sync()
 
     def track_median_us(self, page_size: int, new_tokens: int, batch: int, context: int) -> float:
         return self._median_us()
 
-    def track_copy_bw_fraction(self, page_size: int, new_tokens: int, batch: int, context: int) -> float:
+    def track_copy_bw_fraction(
+        self, page_size: int, new_tokens: int, batch: int, context: int
+    ) -> float:
         return self._copy_bw_fraction()
 
     track_median_us.unit = "us"

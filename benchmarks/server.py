@@ -37,17 +37,24 @@ def _require_server_gpus(tp: int) -> None:
     """Skip unless ≥2 CUDA GPUs (and ``tp`` of them) are visible and SGLang's GPU dependencies import."""
     found = require_cuda(2)
     if found < tp:
-        raise NotImplementedError(f"needs {tp} CUDA GPUs for tp={tp} (DPBENCH_SERVER_TP); found {found}")
+        raise NotImplementedError(
+            f"needs {tp} CUDA GPUs for tp={tp} (DPBENCH_SERVER_TP); found {found}"
+        )
     missing = [m for m in ("sgl_kernel", "flashinfer") if importlib.util.find_spec(m) is None]
     if missing:
-        raise NotImplementedError(f"SGLang's GPU dependencies missing: {', '.join(missing)} not importable")
+        raise NotImplementedError(
+            f"SGLang's GPU dependencies missing: {', '.join(missing)} not importable"
+        )
 
 
 class ServeThroughput:
     """Per (workload, DP size, delayer): client throughput/latency and the server's PrefillDelayer counts."""
 
-    params: ClassVar[tuple[list[Any], ...]] = (list(get_args(Workload)), list(get_args(DpSize)),
-                                               list(get_args(DelayerMode)))
+    params: ClassVar[tuple[list[Any], ...]] = (
+        list(get_args(Workload)),
+        list(get_args(DpSize)),
+        list(get_args(DelayerMode)),
+    )
     param_names: ClassVar[list[str]] = ["workload", "dp_size", "delayer"]
     timeout = 14400
     version = "server-serve-1"
@@ -65,9 +72,14 @@ class ServeThroughput:
             for dp in get_args(DpSize):
                 for delayer in get_args(DelayerMode):
                     key = _key(workload, dp, delayer)
-                    opts = RunOptions(spec=workload, tp_size=tp, dp_size=dp, delayer=delayer == "on",
-                                      model_path=os.environ.get("DPBENCH_SERVER_MODEL") or None,
-                                      python=sys.executable)
+                    opts = RunOptions(
+                        spec=workload,
+                        tp_size=tp,
+                        dp_size=dp,
+                        delayer=delayer == "on",
+                        model_path=os.environ.get("DPBENCH_SERVER_MODEL") or None,
+                        python=sys.executable,
+                    )
                     try:
                         result = execute(prepare(opts))
                     except Exception as exc:  # one failed launch must not lose the other runs
@@ -84,7 +96,9 @@ class ServeThroughput:
             raise NotImplementedError(cache["skip"])
         entry = cache.get(_key(workload, dp_size, delayer))
         if entry is None or "error" in entry:
-            raise NotImplementedError(f"server run failed: {entry.get('error') if entry else 'missing'}")
+            raise NotImplementedError(
+                f"server run failed: {entry.get('error') if entry else 'missing'}"
+            )
         self.result = entry
 
     def _m(self, name: str) -> float:
@@ -141,7 +155,9 @@ class ServeThroughput:
     track_delayer_outcomes.unit = "outcomes"
 
     def track_kv_token_usage_max(self, cache, workload, dp_size, delayer) -> float:
-        return self.result["metrics"].get("kv_token_usage_fraction_max", {"value": float("nan")})["value"]
+        return self.result["metrics"].get("kv_token_usage_fraction_max", {"value": float("nan")})[
+            "value"
+        ]
 
     track_kv_token_usage_max.unit = "fraction"
 
@@ -150,7 +166,9 @@ class ServeThroughput:
 def _comparison_config():
     from dpbench.server.client_bench import ComparisonConfig
 
-    return ComparisonConfig(num_requests=3000, concurrency=1000, output_len=8, first_token_delay_s=0.25, itl_s=0.2)
+    return ComparisonConfig(
+        num_requests=3000, concurrency=1000, output_len=8, first_token_delay_s=0.25, itl_s=0.2
+    )
 
 
 class ClientOverhead:
@@ -162,7 +180,9 @@ class ClientOverhead:
     def setup_cache(self) -> dict[str, Any]:
         from dpbench.server.client_bench import compare
 
-        return compare(_comparison_config(), sglang_python=None, double_python=sys.executable)["clients"][0]
+        return compare(_comparison_config(), sglang_python=None, double_python=sys.executable)[
+            "clients"
+        ][0]
 
     setup_cache.timeout = 600
 
@@ -198,8 +218,12 @@ class BenchServingReference:
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                return measure_bench_serving(_comparison_config(), sglang_python=sys.executable,
-                                             double_python=sys.executable, workdir=Path(tmp))
+                return measure_bench_serving(
+                    _comparison_config(),
+                    sglang_python=sys.executable,
+                    double_python=sys.executable,
+                    workdir=Path(tmp),
+                )
             except RuntimeError as exc:
                 return {"skip": str(exc).splitlines()[0] + " " + str(exc).splitlines()[-1]}
 

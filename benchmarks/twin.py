@@ -12,7 +12,9 @@ from typing import Any, ClassVar, Literal, get_args
 
 from .common import metric, require_sglang, save_run
 
-SpecName = Literal["long-prompt-burst", "agentic-multiturn", "long-context-chat"]  # target_kv_util ≥ 0.85
+SpecName = Literal[
+    "long-prompt-burst", "agentic-multiturn", "long-context-chat"
+]  # target_kv_util ≥ 0.85
 DpSize = Literal[2, 4, 8]
 DelayerMode = Literal["on", "off"]
 HIGH_KV_REQUESTS = 256  # per run: 18 runs in one setup_cache on a 2-core CPU runner
@@ -51,8 +53,11 @@ def _run(spec: str, dp: int, delayer: str, requests: int) -> dict[str, Any]:
 class TwinHighKV:
     """Per (spec, DP size, delayer): DP-mixed forwards, false reports, delayer verdicts, simulated TTFT/throughput."""
 
-    params: ClassVar[tuple[list[Any], ...]] = (list(get_args(SpecName)), list(get_args(DpSize)),
-                                               list(get_args(DelayerMode)))
+    params: ClassVar[tuple[list[Any], ...]] = (
+        list(get_args(SpecName)),
+        list(get_args(DpSize)),
+        list(get_args(DelayerMode)),
+    )
     param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
     timeout = 3600
     version = "twin-high-kv-1"
@@ -83,7 +88,9 @@ class TwinHighKV:
             raise NotImplementedError(cache["skip"])
         entry = cache.get(_key(spec, dp_size, delayer))
         if entry is None or "error" in entry:
-            raise NotImplementedError(f"twin run failed: {entry.get('error') if entry else 'missing'}")
+            raise NotImplementedError(
+                f"twin run failed: {entry.get('error') if entry else 'missing'}"
+            )
         self.result = entry
 
     def _m(self, name: str) -> float:

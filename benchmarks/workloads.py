@@ -10,7 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar, Literal, get_args
 
-SpecName = Literal["long-prompt-burst", "long-context-chat", "agentic-multiturn", "balanced-baseline"]
+SpecName = Literal[
+    "long-prompt-burst", "long-context-chat", "agentic-multiturn", "balanced-baseline"
+]
 Dispatch = Literal["round_robin", "shortest_queue", "total_tokens"]
 REQUESTS = 100_000
 

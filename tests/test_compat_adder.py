@@ -49,7 +49,9 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("version, generation", [("0.5.16", "g2026_07"), ("0.5.23", "g2026_10")])
 def test_adder_kit_in_release(version, generation, release_env):
     env = release_env(version)
-    proc = subprocess.run([str(env.python), "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(env.python), "-c", SCRIPT], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["generation"] == generation

@@ -11,13 +11,27 @@ import pytest
 from dpbench.sglang_compat.detect import GENERATIONS, UnsupportedSGLang, detect, observe
 
 
-def fake_api(*, budget_api: bool, finalize_kw: str, delayer_required: tuple[str, ...]) -> SimpleNamespace:
+def fake_api(
+    *, budget_api: bool, finalize_kw: str, delayer_required: tuple[str, ...]
+) -> SimpleNamespace:
     """Classes with the signatures SGLang's have (bodies empty): detection must read only shapes."""
 
     class PrefillAdder:
-        def __init__(self, page_size, tree_cache, token_to_kv_pool_allocator, running_batch, new_token_ratio,
-                     rem_input_tokens, rem_chunk_tokens, num_mixed_decode_tokens=0, max_prefill_bs=0,
-                     max_running_requests=None, prefill_delayer_single_pass=None, waiting_queue_len=0): ...
+        def __init__(
+            self,
+            page_size,
+            tree_cache,
+            token_to_kv_pool_allocator,
+            running_batch,
+            new_token_ratio,
+            rem_input_tokens,
+            rem_chunk_tokens,
+            num_mixed_decode_tokens=0,
+            max_prefill_bs=0,
+            max_running_requests=None,
+            prefill_delayer_single_pass=None,
+            waiting_queue_len=0,
+        ): ...
         def add_one_req(self, req, has_chunked_req, truncation_align_size): ...
         def add_chunked_req(self, req): ...
 
@@ -25,10 +39,14 @@ def fake_api(*, budget_api: bool, finalize_kw: str, delayer_required: tuple[str,
         def __init__(self, size, dtype, device, kvcache, need_sort): ...
 
     if budget_api:
-        TokenToKVPoolAllocator.create_prefill_budget = lambda self, tree_cache, *, num_mixed_decode_tokens=0: None
+        TokenToKVPoolAllocator.create_prefill_budget = (
+            lambda self, tree_cache, *, num_mixed_decode_tokens=0: None
+        )
 
     class Req:
-        def __init__(self, rid, origin_input_text, origin_input_ids, sampling_params, return_logprob=False): ...
+        def __init__(
+            self, rid, origin_input_text, origin_input_ids, sampling_params, return_logprob=False
+        ): ...
         def init_next_round_input(self, tree_cache=None, cow_mamba=None): ...
 
     class RadixCache:
@@ -42,18 +60,36 @@ def fake_api(*, budget_api: bool, finalize_kw: str, delayer_required: tuple[str,
 
     class PrefillDelayerSinglePassExecutor:
         finalize = ns["finalize"]
+
         def __init__(self, prefill_delayer, token_usage): ...
-        def negotiate_should_allow_prefill(self, local_prefillable, running_batch=0, max_prefill_bs=0,
-                                           max_running_requests=0, waiting_queue_len=0): ...
+        def negotiate_should_allow_prefill(
+            self,
+            local_prefillable,
+            running_batch=0,
+            max_prefill_bs=0,
+            max_running_requests=0,
+            waiting_queue_len=0,
+        ): ...
 
     return SimpleNamespace(
-        PrefillAdder=PrefillAdder, TokenToKVPoolAllocator=TokenToKVPoolAllocator, Req=Req, RadixCache=RadixCache,
-        PrefillDelayer=PrefillDelayer, PrefillDelayerSinglePassExecutor=PrefillDelayerSinglePassExecutor,
+        PrefillAdder=PrefillAdder,
+        TokenToKVPoolAllocator=TokenToKVPoolAllocator,
+        Req=Req,
+        RadixCache=RadixCache,
+        PrefillDelayer=PrefillDelayer,
+        PrefillDelayerSinglePassExecutor=PrefillDelayerSinglePassExecutor,
         AddReqResult=None,
     )
 
 
-OLD_DELAYER = ("dp_size", "attn_tp_size", "cpu_group", "server_args", "max_delay_passes", "token_usage_low_watermark")
+OLD_DELAYER = (
+    "dp_size",
+    "attn_tp_size",
+    "cpu_group",
+    "server_args",
+    "max_delay_passes",
+    "token_usage_low_watermark",
+)
 NEW_DELAYER = ("max_delay_passes", "token_usage_low_watermark")
 
 
@@ -65,7 +101,9 @@ def test_known_shapes_are_recognised_without_version_strings():
 
 
 def test_unknown_shape_names_the_feature_that_differs_and_what_is_supported():
-    odd = fake_api(budget_api=True, finalize_kw="actual_prefill_tokens", delayer_required=NEW_DELAYER)
+    odd = fake_api(
+        budget_api=True, finalize_kw="actual_prefill_tokens", delayer_required=NEW_DELAYER
+    )
     with pytest.raises(UnsupportedSGLang) as info:
         detect(odd)
     msg = str(info.value)
@@ -75,7 +113,9 @@ def test_unknown_shape_names_the_feature_that_differs_and_what_is_supported():
 
 
 def test_component_subset_ignores_the_delayer_for_the_placement_tier():
-    odd = fake_api(budget_api=True, finalize_kw="actual_prefill_tokens", delayer_required=("cpu_group",))
+    odd = fake_api(
+        budget_api=True, finalize_kw="actual_prefill_tokens", delayer_required=("cpu_group",)
+    )
     found = detect(odd, components=("adder",))
     assert (found.name, found.compared) == ("g2026_10", ("adder",))
     with pytest.raises(ValueError, match="allowed"):
@@ -102,8 +142,13 @@ def test_real_release_with_a_changed_signature_is_refused_by_the_probe(release_e
         from dpbench.placement import probe
         sys.exit(probe.main(["--json"]))
     """)
-    proc = subprocess.run([str(env.python), "-c", script], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(env.python), "-c", script], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert proc.stdout == ""
-    assert "PrefillAdder.add_one_req: expected (req, has_chunked_req, truncation_align_size)" in proc.stderr
+    assert (
+        "PrefillAdder.add_one_req: expected (req, has_chunked_req, truncation_align_size)"
+        in proc.stderr
+    )
     assert "budget_view" in proc.stderr

@@ -24,7 +24,9 @@ def test_release_env_imports_scheduler_with_its_pins(version, transformers, tmp_
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     env = ensure_env(version)
-    out = subprocess.run([str(env.python), str(script)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(env.python), str(script)], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["sglang"] == version

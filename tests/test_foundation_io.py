@@ -17,7 +17,9 @@ def test_crash_mid_write_keeps_previous_file(tmp_path):
         fh.write('{"v": 2, "trunc')
         raise RuntimeError("simulated crash")
     assert json.loads(target.read_text()) == {"v": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["r.json"], "no temporary file may be left behind"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"], (
+        "no temporary file may be left behind"
+    )
 
 
 def test_atomic_open_refuses_read_mode(tmp_path):
@@ -26,8 +28,12 @@ def test_atomic_open_refuses_read_mode(tmp_path):
 
 
 def _result(**over):
-    base = dict(tier="twin", sglang={"version": "0.5.23", "commit": None, "generation": "g"},
-                metrics={"ttft_ms_p99": results.Metric(12.5, "ms", "lower")}, wall_time_s=1.0)
+    base = dict(
+        tier="twin",
+        sglang={"version": "0.5.23", "commit": None, "generation": "g"},
+        metrics={"ttft_ms_p99": results.Metric(12.5, "ms", "lower")},
+        wall_time_s=1.0,
+    )
     base.update(over)
     return results.make_run_result(**base)
 
@@ -44,7 +50,9 @@ def test_run_result_errors_name_the_field(tmp_path):
         _result(tier="gpu")
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "dpbench.run-result/1", "tier": "twin", "metrics": {"x": 1}}')
-    with pytest.raises(results.RunResultError, match=r"bad.json: metric 'x' needs value, unit and better"):
+    with pytest.raises(
+        results.RunResultError, match=r"bad.json: metric 'x' needs value, unit and better"
+    ):
         results.load(bad)
     bad.write_text("{not json")
     with pytest.raises(results.RunResultError, match="not valid JSON"):

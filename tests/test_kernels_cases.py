@@ -61,15 +61,18 @@ def test_kv_slots_pad_whole_pages() -> None:
     assert Case("decode", heads=1, page_size=1, batch=2, context=65).kv_slots == 1 + 130
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(kind="decode", heads=16, batch=0, context=10), "needs batch ≥1"),
-    (dict(kind="extend", heads=16, new_tokens=0), "needs new_tokens ≥1"),
-    (dict(kind="extend", heads=16, new_tokens=5, batch=2), "not batch/context"),
-    (dict(kind="decode", heads=16, batch=1, context=5, prefix=3), "not new_tokens/prefix"),
-    (dict(kind="prefill", heads=16), "kind must be one of"),
-    (dict(kind="decode", heads=16, batch=1, context=5, dtype="fp8"), "dtype must be one of"),
-    (dict(kind="decode", heads=16, batch=1, context=5, page_size=0), "page_size must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(kind="decode", heads=16, batch=0, context=10), "needs batch ≥1"),
+        (dict(kind="extend", heads=16, new_tokens=0), "needs new_tokens ≥1"),
+        (dict(kind="extend", heads=16, new_tokens=5, batch=2), "not batch/context"),
+        (dict(kind="decode", heads=16, batch=1, context=5, prefix=3), "not new_tokens/prefix"),
+        (dict(kind="prefill", heads=16), "kind must be one of"),
+        (dict(kind="decode", heads=16, batch=1, context=5, dtype="fp8"), "dtype must be one of"),
+        (dict(kind="decode", heads=16, batch=1, context=5, page_size=0), "page_size must be"),
+    ],
+)
 def test_bad_cases_name_the_field(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Case(**kwargs)
@@ -109,12 +112,29 @@ def test_subset_sweeps_and_layouts() -> None:
 def test_dp_pairs_join_an_extend_rank_with_a_decode_rank() -> None:
     pairs = dp_pairs(sweep("check"))
     assert pairs
-    assert all(p.extend.kind == "extend" and p.extend.prefix == 0 and p.decode.kind == "decode" for p in pairs)
+    assert all(
+        p.extend.kind == "extend" and p.extend.prefix == 0 and p.decode.kind == "decode"
+        for p in pairs
+    )
     with pytest.raises(ValueError, match="one extend case and one decode case"):
-        DPPair(Case("decode", heads=1, batch=1, context=1), Case("decode", heads=1, batch=1, context=1))
+        DPPair(
+            Case("decode", heads=1, batch=1, context=1), Case("decode", heads=1, batch=1, context=1)
+        )
 
 
 def test_work_axes_match_the_calibration_contract() -> None:
-    assert Case("decode", heads=1, batch=4, context=100).work_axes() == {"batch": 4, "context": 100, "new_tokens": 0}
-    assert Case("extend", heads=1, new_tokens=9, prefix=7).work_axes() == {"batch": 1, "context": 7, "new_tokens": 9}
-    assert Case("mixed", heads=1, batch=2, context=5, new_tokens=9).work_axes() == {"batch": 2, "context": 5, "new_tokens": 9}
+    assert Case("decode", heads=1, batch=4, context=100).work_axes() == {
+        "batch": 4,
+        "context": 100,
+        "new_tokens": 0,
+    }
+    assert Case("extend", heads=1, new_tokens=9, prefix=7).work_axes() == {
+        "batch": 1,
+        "context": 7,
+        "new_tokens": 9,
+    }
+    assert Case("mixed", heads=1, batch=2, context=5, new_tokens=9).work_axes() == {
+        "batch": 2,
+        "context": 5,
+        "new_tokens": 9,
+    }

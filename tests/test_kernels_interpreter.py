@@ -30,19 +30,28 @@ def env_python() -> Path:
         pytest.skip(f"SGLang {VERSION} environment unavailable: {exc}")
 
 
-def _run(python: Path, args: list[str], *, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _run(
+    python: Path, args: list[str], *, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     import os
 
     full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     full.pop("VIRTUAL_ENV", None)
-    return subprocess.run([str(python), *args], capture_output=True, text=True, timeout=timeout, env=full)
+    return subprocess.run(
+        [str(python), *args], capture_output=True, text=True, timeout=timeout, env=full
+    )
 
 
 @pytest.fixture(scope="module")
-def interpreter_calibration(env_python: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def interpreter_calibration(
+    env_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = tmp_path_factory.mktemp("kernels") / "calib-interpreter.json"
-    proc = _run(env_python, ["-m", "dpbench.kernels.cli", "run", "--interpreter", "--sweep", "tiny", "-o", str(out)],
-                env=INTERP)
+    proc = _run(
+        env_python,
+        ["-m", "dpbench.kernels.cli", "run", "--interpreter", "--sweep", "tiny", "-o", str(out)],
+        env=INTERP,
+    )
     return out, proc
 
 
@@ -54,8 +63,15 @@ def test_selfchecks_reference_poison_layout(env_python: Path) -> None:
     assert not failed, failed
     assert proc.returncode == 0
     names = {c["check"].split(":")[0] for c in checks}
-    assert {"reference-vs-sdpa", "reference-chunking", "poison-unwritten", "poison-half-written",
-            "wrong-values-fail", "right-values-pass", "kv-layout"} <= names
+    assert {
+        "reference-vs-sdpa",
+        "reference-chunking",
+        "poison-unwritten",
+        "poison-half-written",
+        "wrong-values-fail",
+        "right-values-pass",
+        "kv-layout",
+    } <= names
 
 
 def test_interpreter_run_matches_reference_for_decode_extend_mixed(interpreter_calibration) -> None:
@@ -71,7 +87,9 @@ def test_interpreter_run_matches_reference_for_decode_extend_mixed(interpreter_c
         assert p.rel_error < 1e-3, (p.case, p.rel_error)
         assert p.median_s > 0 and p.timing["method"] == "cpu-wallclock"
     assert cal.sglang_version == VERSION and cal.interpreter
-    assert cal.data.pairs and all(r["step_s"] == max(r["extend_s"], r["decode_s"]) for r in cal.data.pairs)
+    assert cal.data.pairs and all(
+        r["step_s"] == max(r["extend_s"], r["decode_s"]) for r in cal.data.pairs
+    )
 
 
 def test_interpreter_calibration_is_refused_unless_allowed(interpreter_calibration) -> None:
@@ -81,10 +99,12 @@ def test_interpreter_calibration_is_refused_unless_allowed(interpreter_calibrati
         load_calibration(path)
     cal = load_calibration(path, allow_interpreter=True)
     # The twin's questions get answers from the measured (CPU) points.
-    for kind, kw in [("decode", dict(batch=2, context=40, new_tokens=0)),
-                     ("extend", dict(batch=1, context=70, new_tokens=20)),
-                     ("extend", dict(batch=1, context=0, new_tokens=24)),
-                     ("mixed", dict(batch=3, context=65, new_tokens=9))]:
+    for kind, kw in [
+        ("decode", dict(batch=2, context=40, new_tokens=0)),
+        ("extend", dict(batch=1, context=70, new_tokens=20)),
+        ("extend", dict(batch=1, context=0, new_tokens=24)),
+        ("mixed", dict(batch=3, context=65, new_tokens=9)),
+    ]:
         assert cal.estimate_s(kind, **kw) > 0
 
 
@@ -113,7 +133,9 @@ def test_kernel_modules_only_import_runs_the_same_kernels(env_python: Path) -> N
 
 
 def test_check_without_cuda_exits_with_a_reason(env_python: Path, tmp_path: Path) -> None:
-    proc = _run(env_python, ["-m", "dpbench.kernels.cli", "check", "-o", str(tmp_path / "out")], timeout=300)
+    proc = _run(
+        env_python, ["-m", "dpbench.kernels.cli", "check", "-o", str(tmp_path / "out")], timeout=300
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
     assert "needs a CUDA GPU" in proc.stdout + proc.stderr
 
@@ -129,7 +151,9 @@ def test_asv_setup_skips_without_cuda_in_the_release_env(env_python: Path) -> No
         "        print('SKIP', e)\n"
     )
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([str(env_python), "-c", code], capture_output=True, text=True, timeout=300, cwd=root)
+    proc = subprocess.run(
+        [str(env_python), "-c", code], capture_output=True, text=True, timeout=300, cwd=root
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("SKIP")]
     assert len(lines) == 3 and all("CUDA" in ln for ln in lines), proc.stdout

@@ -21,8 +21,11 @@ def test_asv_setup_raises_not_implemented_without_cuda(monkeypatch: pytest.Monke
     monkeypatch.syspath_prepend(str(project_root()))
     k = importlib.import_module("benchmarks.kernels")
 
-    for cls, args in [(k.DecodeAttention, (64, 1, 1024)), (k.ExtendAttention, (1, 512, 0)),
-                      (k.MixedAttention, (64, 2048, 32, 4096))]:
+    for cls, args in [
+        (k.DecodeAttention, (64, 1, 1024)),
+        (k.ExtendAttention, (1, 512, 0)),
+        (k.MixedAttention, (64, 2048, 32, 4096)),
+    ]:
         with pytest.raises(NotImplementedError, match="CUDA"):
             cls().setup(*args)
 

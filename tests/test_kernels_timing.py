@@ -80,7 +80,9 @@ class _FakeCuda:
                 self.t = fake.now
 
             def elapsed_time(self, end: Event) -> float:
-                assert self.t is not None and end.t is not None, "elapsed_time on an unrecorded event"
+                assert self.t is not None and end.t is not None, (
+                    "elapsed_time on an unrecorded event"
+                )
                 return end.t - self.t
 
         class Graph:
@@ -116,6 +118,7 @@ class _FakeCuda:
             def exit_() -> None:
                 g.cost = sum(fake.capturing or [])
                 fake.capturing = None
+
             return _Ctx(enter, exit_)
 
         self.Event, self.CUDAGraph, self.Stream = Event, Graph, Stream
@@ -149,9 +152,11 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch):
             def zero_(self) -> None:
                 cuda.flushes += 1
                 cuda.launch(0.02)
+
         torch.empty = lambda *a, **k: Buf()
         monkeypatch.setitem(sys.modules, "torch", torch)
         return cuda
+
     return install
 
 

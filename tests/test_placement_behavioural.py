@@ -19,8 +19,14 @@ from dpbench.placement.probe import PLACEMENT_CODES, behavioural_label
 class Executor:
     """The executor signature SGLang 0.5.16 … 0.5.23 share."""
 
-    def negotiate_should_allow_prefill(self, local_prefillable, running_batch=0, max_prefill_bs=0,
-                                       max_running_requests=0, waiting_queue_len=0): ...
+    def negotiate_should_allow_prefill(
+        self,
+        local_prefillable,
+        running_batch=0,
+        max_prefill_bs=0,
+        max_running_requests=0,
+        waiting_queue_len=0,
+    ): ...
 
 
 def test_recorder_keeps_every_call_with_defaults_and_answers_the_script():
@@ -28,10 +34,22 @@ def test_recorder_keeps_every_call_with_defaults_and_answers_the_script():
     assert rec.negotiate_should_allow_prefill(local_prefillable=True, running_batch=3) is False
     assert rec.negotiate_should_allow_prefill(True) is False
     assert rec.calls == [
-        {"local_prefillable": True, "running_batch": 3, "max_prefill_bs": 0, "max_running_requests": 0,
-         "waiting_queue_len": 0, "verdict": False},
-        {"local_prefillable": True, "running_batch": 0, "max_prefill_bs": 0, "max_running_requests": 0,
-         "waiting_queue_len": 0, "verdict": False},
+        {
+            "local_prefillable": True,
+            "running_batch": 3,
+            "max_prefill_bs": 0,
+            "max_running_requests": 0,
+            "waiting_queue_len": 0,
+            "verdict": False,
+        },
+        {
+            "local_prefillable": True,
+            "running_batch": 0,
+            "max_prefill_bs": 0,
+            "max_running_requests": 0,
+            "waiting_queue_len": 0,
+            "verdict": False,
+        },
     ]
 
 
@@ -44,7 +62,12 @@ def test_recorder_refuses_arguments_the_real_executor_would_refuse():
 @pytest.mark.parametrize(
     "told, result, false_report, pass_report",
     [
-        ([True], "NO_TOKEN", True, True),  # told prefillable, then rejected for KV: the bug PR #31835 fixed
+        (
+            [True],
+            "NO_TOKEN",
+            True,
+            True,
+        ),  # told prefillable, then rejected for KV: the bug PR #31835 fixed
         ([], "NO_TOKEN", False, False),  # rejected before negotiating: finalize() reports False
         ([True], "OTHER", False, True),  # delayed by the verdict: not a KV rejection
         ([False], "NO_TOKEN", False, False),
@@ -58,7 +81,9 @@ def test_false_prefillable_report(told, result, false_report, pass_report):
     assert (case.false_prefillable_report, case.pass_report) == (false_report, pass_report)
 
 
-def cases(*, gated_told: bool, verdict_negotiates: bool = True, recheck: bool = True) -> BehaviouralPlacement:
+def cases(
+    *, gated_told: bool, verdict_negotiates: bool = True, recheck: bool = True
+) -> BehaviouralPlacement:
     out = []
     for name in CASES:
         rec = CaseRecord(name)

@@ -87,7 +87,10 @@ def test_what_the_delayer_heard_before_and_after_pr31835(probed):
     assert after["chunked"]["verdict"] is False and after["chunked"]["admitted"] is True
     assert before["chunked"]["negotiations"] == []
     for version in (before, after):  # pass 2 continues where pass 1's chunk ended
-        assert version["chunked"]["detail"]["pass2_extend_from"] == version["chunked"]["detail"]["computed_after_pass1"]
+        assert (
+            version["chunked"]["detail"]["pass2_extend_from"]
+            == version["chunked"]["detail"]["computed_after_pass1"]
+        )
         assert version["chunked"]["detail"]["pass2_extend_tokens"] > 0
     for version in (before, after):
         assert version["delay_verdict_blocks"]["admitted"] is False

@@ -16,7 +16,9 @@ NEGOTIATE = """
 """
 
 
-def adder(add_one_req_body: str, *, chunked_body: str = "        return None\n", extra: str = "") -> str:
+def adder(
+    add_one_req_body: str, *, chunked_body: str = "        return None\n", extra: str = ""
+) -> str:
     body = textwrap.indent(textwrap.dedent(add_one_req_body), " " * 8)
     return (
         "class PrefillAdder:\n"
@@ -29,10 +31,13 @@ def adder(add_one_req_body: str, *, chunked_body: str = "        return None\n",
 
 
 def test_negotiation_first_is_early():
-    src = adder(textwrap.dedent(NEGOTIATE) + """
+    src = adder(
+        textwrap.dedent(NEGOTIATE)
+        + """
 if total >= self.rem_total_tokens:
     return AddReqResult.NO_TOKEN
-""")
+"""
+    )
     found = analyse_source(src)
     assert found.label == "early"
     assert found.kv_exits_before_negotiation == 0
@@ -84,7 +89,8 @@ def test_budget_admission_call_counts_as_an_exit_but_budget_state_does_not():
     def budget_state(self):
         return AddReqResult.NO_TOKEN
 """
-    src = adder("""
+    src = adder(
+        """
 with self._lock_node(req.last_node):
     admission = self._select_prefill_admission(req, total_tokens=total)
     if isinstance(admission, AddReqResult):
@@ -92,7 +98,9 @@ with self._lock_node(req.last_node):
     if not self.prefill_delayer_single_pass.negotiate_should_allow_prefill(local_prefillable=True):
         return AddReqResult.OTHER
 return self.budget_state()
-""", extra=extra)
+""",
+        extra=extra,
+    )
     found = analyse_source(src)
     assert (found.label, found.kv_exits_before_negotiation) == ("post-kv", 1)
     assert [e.kind for e in found.events] == ["admission", "negotiation"]
@@ -105,29 +113,41 @@ def test_delegation_to_a_negotiating_path_is_recorded_not_counted():
             return AddReqResult.NO_TOKEN
         self.prefill_delayer_single_pass.negotiate_should_allow_prefill(local_prefillable=True)
 """
-    src = adder("""
+    src = adder(
+        """
 if req.sampling_params.ignore_eos:
     return self.add_one_req_ignore_eos(req)
-""" + textwrap.dedent(NEGOTIATE), extra=extra)
+"""
+        + textwrap.dedent(NEGOTIATE),
+        extra=extra,
+    )
     found = analyse_source(src)
     assert found.label == "early"
     assert [e.kind for e in found.events] == ["delegation", "negotiation"]
 
 
 def test_nested_function_bodies_do_not_run_in_line():
-    src = adder("""
+    src = adder(
+        """
 def helper():
     return AddReqResult.NO_TOKEN
-""" + textwrap.dedent(NEGOTIATE))
+"""
+        + textwrap.dedent(NEGOTIATE)
+    )
     assert analyse_source(src).kv_exits_before_negotiation == 0
 
 
 def test_no_negotiation_is_absent_and_chunked_negotiation_is_seen():
     chunked = "        self.prefill_delayer_single_pass.negotiate_should_allow_prefill(local_prefillable=True)\n"
-    found = analyse_source(adder("""
+    found = analyse_source(
+        adder(
+            """
 if total >= self.rem_total_tokens:
     return AddReqResult.NO_TOKEN
-""", chunked_body=chunked))
+""",
+            chunked_body=chunked,
+        )
+    )
     assert found.label == "absent"
     assert found.kv_exits_before_negotiation is None
     assert found.chunked_negotiates is True
@@ -138,7 +158,10 @@ if total >= self.rem_total_tokens:
     [
         ("class PrefillAdder(:\n    pass\n", "does not parse"),
         ("class SomethingElse:\n    pass\n", "no class PrefillAdder"),
-        ("class PrefillAdder:\n    def add_chunked_req(self, req):\n        pass\n", "has no add_one_req"),
+        (
+            "class PrefillAdder:\n    def add_chunked_req(self, req):\n        pass\n",
+            "has no add_one_req",
+        ),
     ],
 )
 def test_unreadable_shapes_are_unknown_with_a_reason(source, reason):
@@ -162,5 +185,7 @@ def test_real_wheels(version, label, exits_before, chunked, release_env):
     (path,) = env.path.glob("lib/python3*/site-packages/sglang/srt/managers/schedule_policy.py")
     found = analyse_file(path)
     assert (found.label, found.kv_exits_before_negotiation, found.chunked_negotiates) == (
-        label, exits_before, chunked,
+        label,
+        exits_before,
+        chunked,
     )

@@ -40,7 +40,9 @@ def test_sse_line_parsing():
 def test_clean_streams_are_timed_and_counted(emit_text):
     cfg = DoubleConfig(first_token_delay_s=0.05, itl_s=0.01, emit_text=emit_text, dp_size=2)
     with DoubleThread(cfg) as d:
-        res = asyncio.run(drive(_requests(12, out_tokens=6), Schedule.closed_loop(4), base_url=d.base_url))
+        res = asyncio.run(
+            drive(_requests(12, out_tokens=6), Schedule.closed_loop(4), base_url=d.base_url)
+        )
     assert [o.id for o in res.outcomes] == [f"r{i}" for i in range(12)]
     for o in res.outcomes:
         assert o.ok, o.error
@@ -55,17 +57,33 @@ def test_clean_streams_are_timed_and_counted(emit_text):
 
 
 def test_faults_are_counted_by_kind_and_never_crash_the_run():
-    cfg = DoubleConfig(first_token_delay_s=0.01, itl_s=0.002, http_error_every=7, disconnect_every=5,
-                       malformed_every=6, server_error_every=11, slow_every=4, slow_factor=10.0)
+    cfg = DoubleConfig(
+        first_token_delay_s=0.01,
+        itl_s=0.002,
+        http_error_every=7,
+        disconnect_every=5,
+        malformed_every=6,
+        server_error_every=11,
+        slow_every=4,
+        slow_factor=10.0,
+    )
     n = 80
     with DoubleThread(cfg) as d:
-        res = asyncio.run(drive(_requests(n, out_tokens=8), Schedule.closed_loop(10), base_url=d.base_url))
+        res = asyncio.run(
+            drive(_requests(n, out_tokens=8), Schedule.closed_loop(10), base_url=d.base_url)
+        )
         assigned = _double_stats(d.base_url)["faults"]
-    kinds = {k: sum(o.error_kind == k for o in res.outcomes) for k in ("http", "disconnect", "malformed",
-                                                                       "server_error")}
+    kinds = {
+        k: sum(o.error_kind == k for o in res.outcomes)
+        for k in ("http", "disconnect", "malformed", "server_error")
+    }
     # The double assigns faults by arrival order; the client must see exactly as many of each.
-    assert kinds == {"http": assigned["http_error"], "disconnect": assigned["disconnect"],
-                     "malformed": assigned["malformed"], "server_error": assigned["server_error"]}
+    assert kinds == {
+        "http": assigned["http_error"],
+        "disconnect": assigned["disconnect"],
+        "malformed": assigned["malformed"],
+        "server_error": assigned["server_error"],
+    }
     assert all(v > 0 for v in kinds.values()) and assigned["slow"] > 0
     m = summarize(res)
     assert m["errors_total"].value == sum(kinds.values())
@@ -81,7 +99,9 @@ def test_faults_are_counted_by_kind_and_never_crash_the_run():
 
 def test_unreachable_server_is_a_connect_error_not_a_crash():
     port = free_port()
-    res = asyncio.run(drive(_requests(3), Schedule.closed_loop(3), base_url=f"http://127.0.0.1:{port}"))
+    res = asyncio.run(
+        drive(_requests(3), Schedule.closed_loop(3), base_url=f"http://127.0.0.1:{port}")
+    )
     assert [o.error_kind for o in res.outcomes] == ["connect"] * 3
 
 
@@ -110,8 +130,12 @@ def test_schedule_validation():
 
 
 def test_goodput_counts_only_requests_within_both_slos():
-    with DoubleThread(DoubleConfig(first_token_delay_s=0.03, itl_s=0.002, slow_every=2, slow_factor=20.0)) as d:
-        res = asyncio.run(drive(_requests(10, out_tokens=5), Schedule.closed_loop(5), base_url=d.base_url))
+    with DoubleThread(
+        DoubleConfig(first_token_delay_s=0.03, itl_s=0.002, slow_every=2, slow_factor=20.0)
+    ) as d:
+        res = asyncio.run(
+            drive(_requests(10, out_tokens=5), Schedule.closed_loop(5), base_url=d.base_url)
+        )
     loose = summarize(res, Slo(ttft_ms=10_000, tpot_ms=10_000))
     strict_tpot = summarize(res, Slo(ttft_ms=10_000, tpot_ms=20))  # slow streams: ~40 ms/token
     strict_ttft = summarize(res, Slo(ttft_ms=1, tpot_ms=10_000))  # nobody beats a 30 ms first token
@@ -147,26 +171,42 @@ def test_prometheus_deltas_by_label_and_rank():
     sm = server_metrics(before, after)
     assert sm.delayer_outcomes == {"all/true/no_wait/true": 5.0, "mixed/false/delay/false": 6.0}
     h = sm.wait_histograms["sglang:prefill_delayer_wait_seconds"]
-    assert h["count"] == 6 and h["sum"] == pytest.approx(3.0) and h["buckets"] == {"+Inf": 6.0, "0.0": 0.0, "1.0": 3.0}
+    assert (
+        h["count"] == 6
+        and h["sum"] == pytest.approx(3.0)
+        and h["buckets"] == {"+Inf": 6.0, "0.0": 0.0, "1.0": 3.0}
+    )
     assert sm.token_usage["sglang:token_usage"] == {"0": 0.9, "1": 0.95}
-    key = ("sglang:prefill_delayer_outcomes_total{actual_execution=true,input_estimation=all,"
-           "output_allow=true,output_reason=no_wait}")
+    key = (
+        "sglang:prefill_delayer_outcomes_total{actual_execution=true,input_estimation=all,"
+        "output_allow=true,output_reason=no_wait}"
+    )
     assert sm.per_dp_rank[key] == {"0": 5.0, "1": 0.0}
     m = sm.as_metrics()
-    assert m["delayer_outcomes_total"].value == 11 and m["delayer_delay_fraction"].value == pytest.approx(6 / 11)
+    assert m["delayer_outcomes_total"].value == 11 and m[
+        "delayer_delay_fraction"
+    ].value == pytest.approx(6 / 11)
     assert m["kv_token_usage_fraction_max"].value == 0.95
 
 
 def test_scrape_of_the_double_matches_its_requests():
-    with DoubleThread(DoubleConfig(first_token_delay_s=0.001, itl_s=0.001, http_error_every=5, dp_size=4)) as d:
+    with DoubleThread(
+        DoubleConfig(first_token_delay_s=0.001, itl_s=0.001, http_error_every=5, dp_size=4)
+    ) as d:
         before = scrape(d.base_url)
-        asyncio.run(drive(_requests(20, out_tokens=2), Schedule.closed_loop(4), base_url=d.base_url))
+        asyncio.run(
+            drive(_requests(20, out_tokens=2), Schedule.closed_loop(4), base_url=d.base_url)
+        )
         after = scrape(d.base_url)
         stats = _double_stats(d.base_url)
     sm = server_metrics(before, after)
     admitted = stats["requests"] - stats["faults"].get("http_error", 0)
     assert sum(sm.delayer_outcomes.values()) == admitted == 16
-    steps = next(v for k, v in sm.per_dp_rank.items() if k.startswith("sglang:dp_attention_steps_total{rank_state=active"))
+    steps = next(
+        v
+        for k, v in sm.per_dp_rank.items()
+        if k.startswith("sglang:dp_attention_steps_total{rank_state=active")
+    )
     assert sorted(steps) == ["0", "1", "2", "3"] and sum(steps.values()) == 2 * admitted
 
 
@@ -185,10 +225,14 @@ def test_client_comparison_reports_rate_and_ttft_error():
     """The side-by-side harness (benchmarks/server.py), this client only, at toy size."""
     from dpbench.server.client_bench import ComparisonConfig, compare
 
-    cfg = ComparisonConfig(num_requests=30, concurrency=10, output_len=3, first_token_delay_s=0.05, itl_s=0.01)
+    cfg = ComparisonConfig(
+        num_requests=30, concurrency=10, output_len=3, first_token_delay_s=0.05, itl_s=0.01
+    )
     res = compare(cfg, sglang_python=None)
     (row,) = res["clients"]
     assert row["client"] == "dpbench" and row["completed"] == 30 and row["errors"] == 0
     assert 0 < row["request_rate_per_s"] <= cfg.ideal_request_rate_per_s * 1.05
-    assert row["ttft_error_ms_p50"] >= 0  # a client cannot see the first token before the double sends it
+    assert (
+        row["ttft_error_ms_p50"] >= 0
+    )  # a client cannot see the first token before the double sends it
     assert res["ideal_request_rate_per_s"] == pytest.approx(10 / 0.07)

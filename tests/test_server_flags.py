@@ -36,13 +36,32 @@ def release(request):
 
 
 def _configs():
-    yield ServerConfig(model_path="/m", load_format="dummy", tp_size=8, dp_size=8,
-                       delayer=DelayerConfig(enabled=True, max_delay_passes=30, token_usage_low_watermark=0.8),
-                       max_total_tokens=267333, chunked_prefill_size=8192, attention_backend="triton",
-                       mem_fraction_static=0.85, max_running_requests=256, kv_cache_dtype="fp8_e4m3", port=31000)
+    yield ServerConfig(
+        model_path="/m",
+        load_format="dummy",
+        tp_size=8,
+        dp_size=8,
+        delayer=DelayerConfig(enabled=True, max_delay_passes=30, token_usage_low_watermark=0.8),
+        max_total_tokens=267333,
+        chunked_prefill_size=8192,
+        attention_backend="triton",
+        mem_fraction_static=0.85,
+        max_running_requests=256,
+        kv_cache_dtype="fp8_e4m3",
+        port=31000,
+    )
     yield ServerConfig(model_path="/m", tp_size=8, dp_size=8, delayer=DelayerConfig(enabled=False))
-    yield ServerConfig(model_path="/m", load_format="dummy", tp_size=16, dp_size=16, nnodes=2, node_rank=1,
-                       dist_init_addr="10.0.0.1:5000", delayer=DelayerConfig(enabled=True), host="0.0.0.0")
+    yield ServerConfig(
+        model_path="/m",
+        load_format="dummy",
+        tp_size=16,
+        dp_size=16,
+        nnodes=2,
+        node_rank=1,
+        dist_init_addr="10.0.0.1:5000",
+        delayer=DelayerConfig(enabled=True),
+        host="0.0.0.0",
+    )
 
 
 def _emitted_flags(args: list[str]) -> list[str]:
@@ -87,30 +106,55 @@ def test_sglangs_own_parser_accepts_the_command():
         " 'prefill_delayer_max_delay_passes', 'max_total_tokens', 'load_format', 'skip_tokenizer_init',"
         " 'enable_metrics', 'attention_backend', 'chunked_prefill_size', 'kv_cache_dtype', 'port')}))\n"
     )
-    proc = subprocess.run([str(python), "-c", probe, json.dumps(args)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(python), "-c", probe, json.dumps(args)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert parsed == {
-        "tp_size": 8, "attn_dp_size": 8, "enable_prefill_delayer": True, "prefill_delayer_max_delay_passes": 30,
-        "max_total_tokens": 267333, "load_format": "dummy", "skip_tokenizer_init": True, "enable_metrics": True,
-        "attention_backend": "triton", "chunked_prefill_size": 8192, "kv_cache_dtype": "fp8_e4m3", "port": 31000,
+        "tp_size": 8,
+        "attn_dp_size": 8,
+        "enable_prefill_delayer": True,
+        "prefill_delayer_max_delay_passes": 30,
+        "max_total_tokens": 267333,
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "enable_metrics": True,
+        "attention_backend": "triton",
+        "chunked_prefill_size": 8192,
+        "kv_cache_dtype": "fp8_e4m3",
+        "port": 31000,
     }
 
 
 @pytest.mark.sglang
 def test_a_missing_flag_or_choice_is_a_clear_error(release):
     version, _python, flags = release
-    cfg = ServerConfig(model_path="/m", tp_size=2, dp_size=2, extra_args=("--no-such-flag-xyz", "1"))
-    with pytest.raises(MissingServerFlag, match=rf"SGLang {version}'s launch_server has no --no-such-flag-xyz"):
+    cfg = ServerConfig(
+        model_path="/m", tp_size=2, dp_size=2, extra_args=("--no-such-flag-xyz", "1")
+    )
+    with pytest.raises(
+        MissingServerFlag, match=rf"SGLang {version}'s launch_server has no --no-such-flag-xyz"
+    ):
         build_args(cfg, flags)
     if flags.flags["--attention-backend"].choices is not None:  # only --help lists choices
-        with pytest.raises(MissingServerFlag, match=r"does not accept --attention-backend 'warp-drive'; allowed: "):
+        with pytest.raises(
+            MissingServerFlag, match=r"does not accept --attention-backend 'warp-drive'; allowed: "
+        ):
             build_args(ServerConfig(model_path="/m", attention_backend="warp-drive"), flags)
     # A release without the delayer flags (simulated by removing them) is refused, naming the flag.
-    pruned = ServerFlags(flags.version, flags.source,
-                         {k: v for k, v in flags.flags.items() if "prefill-delayer" not in k})
+    pruned = ServerFlags(
+        flags.version,
+        flags.source,
+        {k: v for k, v in flags.flags.items() if "prefill-delayer" not in k},
+    )
     with pytest.raises(MissingServerFlag, match="no --enable-prefill-delayer flag"):
-        build_args(ServerConfig(model_path="/m", tp_size=2, dp_size=2, delayer=DelayerConfig(enabled=True)), pruned)
+        build_args(
+            ServerConfig(
+                model_path="/m", tp_size=2, dp_size=2, delayer=DelayerConfig(enabled=True)
+            ),
+            pruned,
+        )
 
 
 @pytest.mark.sglang
@@ -133,7 +177,10 @@ def test_parse_help_reads_aliases_choices_and_deprecation():
     f = parse_help(text, version="t")
     assert f.flags["--model"].name == "--model-path" and f.flags["--model"].takes_value
     assert f.flags["--load-format"].choices == ("auto", "dummy")
-    assert f.is_deprecated("--enable-dp-attention") and not f.flags["--enable-dp-attention"].takes_value
+    assert (
+        f.is_deprecated("--enable-dp-attention")
+        and not f.flags["--enable-dp-attention"].takes_value
+    )
     assert f.has("--no-enable-tf32-matmul")
 
 
@@ -149,11 +196,27 @@ def test_config_errors_name_the_field():
 
 
 def test_legacy_dp_spelling_without_attn_dp_size():
-    flags = ServerFlags("old", "test", {n: FlagInfo(n, takes_value=n not in ("--enable-dp-attention",
-                                                                                "--enable-metrics",
-                                                                                "--skip-tokenizer-init"))
-                                        for n in ("--model-path", "--tp-size", "--dp-size", "--enable-dp-attention",
-                                                  "--enable-metrics", "--skip-tokenizer-init", "--host", "--port")})
+    flags = ServerFlags(
+        "old",
+        "test",
+        {
+            n: FlagInfo(
+                n,
+                takes_value=n
+                not in ("--enable-dp-attention", "--enable-metrics", "--skip-tokenizer-init"),
+            )
+            for n in (
+                "--model-path",
+                "--tp-size",
+                "--dp-size",
+                "--enable-dp-attention",
+                "--enable-metrics",
+                "--skip-tokenizer-init",
+                "--host",
+                "--port",
+            )
+        },
+    )
     args = build_args(ServerConfig(model_path="/m", tp_size=4, dp_size=4), flags)
     assert args[args.index("--dp-size") + 1] == "4" and "--enable-dp-attention" in args
 

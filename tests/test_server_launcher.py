@@ -51,13 +51,16 @@ def _wait_for_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
                 if line.startswith(prefix):
                     return line
         time.sleep(0.05)
-    raise AssertionError(f"no {prefix!r} line in {path}: {path.read_text() if path.exists() else '(missing)'}")
+    raise AssertionError(
+        f"no {prefix!r} line in {path}: {path.read_text() if path.exists() else '(missing)'}"
+    )
 
 
 def test_a_child_that_ignores_sigterm_is_gone_after_stop(tmp_path):
     log = tmp_path / "server.log"
-    with ServerProcess([sys.executable, "-c", STUBBORN], base_url="http://127.0.0.1:1", log_path=log,
-                       grace_s=1.0) as server:
+    with ServerProcess(
+        [sys.executable, "-c", STUBBORN], base_url="http://127.0.0.1:1", log_path=log, grace_s=1.0
+    ) as server:
         _, leader, child = _wait_for_line(log, "PIDS").split()
         pids = [int(leader), int(child)]
         assert all(_alive(p) for p in pids)
@@ -69,9 +72,20 @@ def test_a_child_that_ignores_sigterm_is_gone_after_stop(tmp_path):
 
 def test_protocol_double_as_server_becomes_ready_and_stops(tmp_path):
     port = free_port()
-    cmd = [sys.executable, "-m", "dpbench.server.protocol_double", "--port", str(port),
-           "--first-token-delay-s", "0.01", "--itl-s", "0.001"]
-    with ServerProcess(cmd, base_url=f"http://127.0.0.1:{port}", log_path=tmp_path / "d.log") as server:
+    cmd = [
+        sys.executable,
+        "-m",
+        "dpbench.server.protocol_double",
+        "--port",
+        str(port),
+        "--first-token-delay-s",
+        "0.01",
+        "--itl-s",
+        "0.001",
+    ]
+    with ServerProcess(
+        cmd, base_url=f"http://127.0.0.1:{port}", log_path=tmp_path / "d.log"
+    ) as server:
         took = server.wait_ready(deadline_s=60, poll_s=0.1)  # /health, then a warm-up /generate
         assert took < 60 and server.alive()
         pgid = server.pgid
@@ -82,15 +96,25 @@ def test_protocol_double_as_server_becomes_ready_and_stops(tmp_path):
 
 def test_a_server_that_exits_early_is_reported_with_its_log(tmp_path):
     cmd = [sys.executable, "-c", "print('CUDA error: no device'); raise SystemExit(3)"]
-    with ServerProcess(cmd, base_url=f"http://127.0.0.1:{free_port()}", log_path=tmp_path / "x.log") as server, \
-            pytest.raises(ServerStartError, match=r"exited \(status 3\)(.|\n)*CUDA error: no device"):
+    with (
+        ServerProcess(
+            cmd, base_url=f"http://127.0.0.1:{free_port()}", log_path=tmp_path / "x.log"
+        ) as server,
+        pytest.raises(ServerStartError, match=r"exited \(status 3\)(.|\n)*CUDA error: no device"),
+    ):
         server.wait_ready(deadline_s=30, poll_s=0.05)
 
 
 def test_a_server_that_never_answers_misses_its_deadline(tmp_path):
     cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
-    with ServerProcess(cmd, base_url=f"http://127.0.0.1:{free_port()}", log_path=tmp_path / "y.log") as server, \
-            pytest.raises(ServerStartError, match=r"did not answer 200 within 1 s(.|\n)*See the log at"):
+    with (
+        ServerProcess(
+            cmd, base_url=f"http://127.0.0.1:{free_port()}", log_path=tmp_path / "y.log"
+        ) as server,
+        pytest.raises(
+            ServerStartError, match=r"did not answer 200 within 1 s(.|\n)*See the log at"
+        ),
+    ):
         server.wait_ready(deadline_s=1, poll_s=0.1)
     assert group_members(server.pgid) == []
 
@@ -118,8 +142,11 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path, sig):
     log = tmp_path / "server.log"
     out = tmp_path / "run.out"
     with open(out, "w") as fh:
-        run = subprocess.Popen([sys.executable, "-c", RUN_UNDER_SIGNAL, STUBBORN, str(log)], stdout=fh,
-                               stderr=subprocess.STDOUT)
+        run = subprocess.Popen(
+            [sys.executable, "-c", RUN_UNDER_SIGNAL, STUBBORN, str(log)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     try:
         _wait_for_line(out, "RUNNING")
         _, leader, child = _wait_for_line(log, "PIDS").split()
@@ -188,9 +215,14 @@ def test_gpu_check_reads_count_and_free_memory(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert len(check_gpus(8, min_free_gib=20)) == 8
-    with pytest.raises(GpuRequirementError, match=r"needs 30.0 GiB free on each of 8 GPUs; GPU 3 23.2 GiB free"):
+    with pytest.raises(
+        GpuRequirementError, match=r"needs 30.0 GiB free on each of 8 GPUs; GPU 3 23.2 GiB free"
+    ):
         check_gpus(8, min_free_gib=30)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    with pytest.raises(GpuRequirementError, match=r"needs 8 CUDA GPUs on this node; found 2 \(NVIDIA H200, NVIDIA H200\)"):
+    with pytest.raises(
+        GpuRequirementError,
+        match=r"needs 8 CUDA GPUs on this node; found 2 \(NVIDIA H200, NVIDIA H200\)",
+    ):
         check_gpus(8)
     assert [g.index for g in check_gpus(2, min_free_gib=100)] == [0, 1]

@@ -25,17 +25,33 @@ def python_0523():
 
 @pytest.mark.sglang
 def test_prepare_builds_the_command_from_the_kv_plan(python_0523):
-    prep = prepare(RunOptions(spec="long-prompt-burst", tp_size=8, dp_size=8, python=python_0523, port=30123))
+    prep = prepare(
+        RunOptions(spec="long-prompt-burst", tp_size=8, dp_size=8, python=python_0523, port=30123)
+    )
     cmd = prep.command
     assert cmd[:3] == [python_0523, "-m", "sglang.launch_server"]
-    assert cmd[cmd.index("--max-total-tokens") + 1] == str(prep.kv_plan["max_total_tokens_per_rank"])
+    assert cmd[cmd.index("--max-total-tokens") + 1] == str(
+        prep.kv_plan["max_total_tokens_per_rank"]
+    )
     assert cmd[cmd.index("--load-format") + 1] == "dummy"
     assert cmd[cmd.index("--model-path") + 1].endswith("workloads/models/deepseek-v3")
-    assert "--enable-prefill-delayer" in cmd and "--skip-tokenizer-init" in cmd and "--enable-metrics" in cmd
+    assert (
+        "--enable-prefill-delayer" in cmd
+        and "--skip-tokenizer-init" in cmd
+        and "--enable-metrics" in cmd
+    )
     assert len(prep.requests) == 1024 and prep.schedule.kind == "open-loop"
     # Same spec, same requests (the trace is deterministic).
-    again = prepare(RunOptions(spec="long-prompt-burst", tp_size=8, dp_size=8, python=python_0523, port=30123,
-                               delayer=False))
+    again = prepare(
+        RunOptions(
+            spec="long-prompt-burst",
+            tp_size=8,
+            dp_size=8,
+            python=python_0523,
+            port=30123,
+            delayer=False,
+        )
+    )
     assert again.requests[5].input_ids == prep.requests[5].input_ids
     assert "--enable-prefill-delayer" not in again.command
 
@@ -43,38 +59,93 @@ def test_prepare_builds_the_command_from_the_kv_plan(python_0523):
 @pytest.mark.sglang
 def test_execute_against_the_protocol_double_writes_a_valid_run_result(python_0523, tmp_path):
     # Flags from the real 0.5.23 install; `python` is this interpreter (it runs the double, not SGLang).
-    opts = RunOptions(spec="balanced-baseline", tp_size=2, dp_size=2, python=sys.executable, max_requests=12,
-                      check_gpus=False, log_dir=str(tmp_path))
+    opts = RunOptions(
+        spec="balanced-baseline",
+        tp_size=2,
+        dp_size=2,
+        python=sys.executable,
+        max_requests=12,
+        check_gpus=False,
+        log_dir=str(tmp_path),
+    )
     prep = prepare(opts, flags=server_flags(python_0523))
     # Swap SGLang for the protocol test double: same port, same lifecycle, CPU only.
     port = prep.config.port
-    prep = dataclasses.replace(prep, command=[sys.executable, "-m", "dpbench.server.protocol_double", "--port",
-                                              str(port), "--first-token-delay-s", "0.01", "--itl-s", "0.0005"])
+    prep = dataclasses.replace(
+        prep,
+        command=[
+            sys.executable,
+            "-m",
+            "dpbench.server.protocol_double",
+            "--port",
+            str(port),
+            "--first-token-delay-s",
+            "0.01",
+            "--itl-s",
+            "0.0005",
+        ],
+    )
     seen = []
     result = execute(prep, on_done=seen.append)
     path = results.save(tmp_path / "run.json", result)
     loaded = results.load(path)
     m = loaded["metrics"]
     assert len(seen) == 12 and m["requests_ok_total"]["value"] == 12
-    assert m["delayer_outcomes_total"]["value"] == 12  # the warm-up request precedes the first scrape
-    assert {"ttft_ms_p99", "itl_ms_p50", "output_tokens_per_s", "goodput_requests_per_s",
-            "client_loop_lag_ms_p99", "server_startup_s"} <= set(m)
+    assert (
+        m["delayer_outcomes_total"]["value"] == 12
+    )  # the warm-up request precedes the first scrape
+    assert {
+        "ttft_ms_p99",
+        "itl_ms_p50",
+        "output_tokens_per_s",
+        "goodput_requests_per_s",
+        "client_loop_lag_ms_p99",
+        "server_startup_s",
+    } <= set(m)
     assert loaded["tier"] == "server" and loaded["workload"]["name"] == "balanced-baseline"
     assert loaded["extra"]["command"][0] == sys.executable
-    assert loaded["sglang"]["version"] == "0.5.23"  # from the flags' install (sglang is not in this venv)
+    assert (
+        loaded["sglang"]["version"] == "0.5.23"
+    )  # from the flags' install (sglang is not in this venv)
     assert sum(loaded["extra"]["requests_per_dp_rank"].values()) == 12
 
 
 @pytest.mark.sglang
 def test_cli_dry_run_prints_the_checked_command(python_0523):
-    res = CliRunner().invoke(app, ["run", "long-prompt-burst", "--tp", "8", "--dp", "8", "--python", python_0523,
-                                   "--dry-run", "--port", "30999"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "long-prompt-burst",
+            "--tp",
+            "8",
+            "--dp",
+            "8",
+            "--python",
+            python_0523,
+            "--dry-run",
+            "--port",
+            "30999",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "--attn-dp-size 8" in res.output.replace("\n", " ") or "--attn-dp-size" in res.output
 
 
 def test_cli_rejects_a_bad_flag_clearly():
-    res = CliRunner().invoke(app, ["run", "long-prompt-burst", "--tp", "8", "--dp", "3", "--python", sys.executable,
-                                   "--dry-run"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "long-prompt-burst",
+            "--tp",
+            "8",
+            "--dp",
+            "3",
+            "--python",
+            sys.executable,
+            "--dry-run",
+        ],
+    )
     assert res.exit_code != 0
     assert "dp_size (3) must divide tp_size (8)" in str(res.exception)

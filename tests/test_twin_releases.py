@@ -32,7 +32,9 @@ OUTCOME_LABELS = {
 def _twin(env, out: Path, *extra: str, timeout: float = 600) -> dict:
     proc = subprocess.run(
         [str(env.python), "-m", "dpbench.twin.run", SPEC, *SMALL, "-o", str(out), *extra],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
@@ -44,8 +46,10 @@ def runs(release_env, tmp_path_factory):
     return {v: _twin(release_env(v), tmp / f"{v}.json") for v in ("0.5.16", "0.5.23")}
 
 
-@pytest.mark.parametrize("version, placement, delayer_gen", [("0.5.16", "early", "args"),
-                                                              ("0.5.23", "post-kv", "runtime_context")])
+@pytest.mark.parametrize(
+    "version, placement, delayer_gen",
+    [("0.5.16", "early", "args"), ("0.5.23", "post-kv", "runtime_context")],
+)
 def test_twin_runs_the_release(runs, version, placement, delayer_gen):
     r = runs[version]
     assert r["tier"] == "twin"
@@ -54,7 +58,9 @@ def test_twin_runs_the_release(runs, version, placement, delayer_gen):
     assert r["placement"]["label"] == placement
     m = {k: v["value"] for k, v in r["metrics"].items()}
     assert m["requests_finished_count"] == 60
-    assert m["steps_count"] == sum(m[f"steps_{k}_count"] for k in ("extend", "decode", "mixed", "idle"))
+    assert m["steps_count"] == sum(
+        m[f"steps_{k}_count"] for k in ("extend", "decode", "mixed", "idle")
+    )
     assert 0.9 < m["kv_utilization_max"] <= 1.0  # the spec drives the pool to ≥ 95 %
     outcomes = r["extra"]["prefill_delayer_outcomes_total"]
     # one outcome per rank per pass, labelled as SGLang's prefill_delayer_outcomes_total
@@ -70,7 +76,10 @@ def test_early_placement_reports_false_prefillable(runs):
     early = runs["0.5.16"]["metrics"]
     post = runs["0.5.23"]["metrics"]
     assert early["false_prefillable_reports_count"]["value"] > 0
-    assert early["false_prefillable_reports_count"]["value"] > post["false_prefillable_reports_count"]["value"]
+    assert (
+        early["false_prefillable_reports_count"]["value"]
+        > post["false_prefillable_reports_count"]["value"]
+    )
 
 
 def test_same_release_spec_seed_give_identical_metrics(runs, release_env, tmp_path):
@@ -78,7 +87,10 @@ def test_same_release_spec_seed_give_identical_metrics(runs, release_env, tmp_pa
     first = {k: v for k, v in runs["0.5.23"]["metrics"].items() if k not in WALL_METRICS}
     second = {k: v for k, v in again["metrics"].items() if k not in WALL_METRICS}
     assert first == second
-    assert runs["0.5.23"]["extra"]["prefill_delayer_outcomes_total"] == again["extra"]["prefill_delayer_outcomes_total"]
+    assert (
+        runs["0.5.23"]["extra"]["prefill_delayer_outcomes_total"]
+        == again["extra"]["prefill_delayer_outcomes_total"]
+    )
 
 
 def test_gloo_step_exchange_matches_shared_memory(runs, release_env, tmp_path):
@@ -115,9 +127,23 @@ def _alive(pid: int) -> bool:
 def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
     env = release_env("0.5.23")
     proc = subprocess.Popen(
-        [str(env.python), "-m", "dpbench.twin.run", SPEC, "--dp", "2", "--requests", "400", "--no-timeline",
-         "-o", str(tmp_path / "never.json"), "--events"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            str(env.python),
+            "-m",
+            "dpbench.twin.run",
+            SPEC,
+            "--dp",
+            "2",
+            "--requests",
+            "400",
+            "--no-timeline",
+            "-o",
+            str(tmp_path / "never.json"),
+            "--events",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     ranks: list[int] = []
     try:

@@ -44,7 +44,9 @@ def roofline():
 
 def test_step_waits_for_the_slowest_rank(roofline):
     decode = RankWork("decode", num_reqs=64, new_tokens=64, context_tokens=64 * 6000)
-    extend = RankWork("extend", num_reqs=1, new_tokens=2048, context_tokens=2048, attn_pairs=2048 * 2049 // 2)
+    extend = RankWork(
+        "extend", num_reqs=1, new_tokens=2048, context_tokens=2048, attn_pairs=2048 * 2049 // 2
+    )
     pure_decode = roofline.step_time([decode] * 4)
     mixed = roofline.step_time([extend, decode, decode, decode])
     assert roofline.attention_s(extend) > roofline.attention_s(decode)
@@ -72,16 +74,26 @@ def _rank(kind, reported=None, allowed=None, admitted=None, kv=None):
     n = len(kind)
     fill = np.full(n, -1, dtype=np.int8)
     return RankResult(
-        rank=0, steps=n, kind=np.asarray(kind, dtype=np.int8), new_tokens=np.ones(n, dtype=np.int32),
+        rank=0,
+        steps=n,
+        kind=np.asarray(kind, dtype=np.int8),
+        new_tokens=np.ones(n, dtype=np.int32),
         kv_used=np.asarray(kv if kv is not None else [50] * n, dtype=np.int32),
-        outcome=np.zeros(n, dtype=np.int16) if reported is not None else np.full(n, -1, dtype=np.int16),
+        outcome=np.zeros(n, dtype=np.int16)
+        if reported is not None
+        else np.full(n, -1, dtype=np.int16),
         reported=np.asarray(reported, dtype=np.int8) if reported is not None else fill,
         allowed=np.asarray(allowed, dtype=np.int8) if allowed is not None else fill,
         admitted=np.asarray(admitted if admitted is not None else [0] * n, dtype=np.int16),
         chunk_continued=np.zeros(n, dtype=np.int8),
-        pass_us=np.full(n, 100.0, dtype=np.float32), outcome_labels=[("all", "true", "no_wait", "false")],
-        requests=[(0, 0.0, 1.0, 2.0, 10, 0)], retractions=0, kv_capacity=100,
-        step_end_s=np.arange(1, n + 1, dtype=np.float64), loop_wall_s=1.0, max_prefill_bs_kind="running_max",
+        pass_us=np.full(n, 100.0, dtype=np.float32),
+        outcome_labels=[("all", "true", "no_wait", "false")],
+        requests=[(0, 0.0, 1.0, 2.0, 10, 0)],
+        retractions=0,
+        kv_capacity=100,
+        step_end_s=np.arange(1, n + 1, dtype=np.float64),
+        loop_wall_s=1.0,
+        max_prefill_bs_kind="running_max",
     )
 
 
@@ -98,7 +110,13 @@ def test_false_report_needs_report_allow_and_no_admission():
 
 
 def test_compute_metrics_units_and_values():
-    a = _rank([2, 1, 2, 1], reported=[1, 1, 1, 1], allowed=[1, 1, 1, 1], admitted=[1, 0, 1, 0], kv=[10, 20, 30, 99])
+    a = _rank(
+        [2, 1, 2, 1],
+        reported=[1, 1, 1, 1],
+        allowed=[1, 1, 1, 1],
+        admitted=[1, 0, 1, 0],
+        kv=[10, 20, 30, 99],
+    )
     b = _rank([2, 1, 1, 1], reported=[1, 1, 1, 0], allowed=[1, 1, 1, 1], admitted=[1, 0, 0, 0])
     metrics, extra = compute([a, b], delayer_on=True)
     assert metrics["dp_mixed_step_fraction"].value == pytest.approx(1 / 4)
@@ -119,8 +137,11 @@ def test_plot_marks_mixed_steps(tmp_path):
     b = _rank([2, 1, 1], reported=[1, 1, 0], allowed=[1, 1, 1], admitted=[1, 0, 0])
     metrics, _ = compute([a, b], delayer_on=True)
     result = {
-        "sglang": {"version": "test"}, "placement": {"label": "early"}, "workload": {"name": "w"},
-        "metrics": {k: m.as_dict() for k, m in metrics.items()}, "extra": {"timeline": timeline([a, b])},
+        "sglang": {"version": "test"},
+        "placement": {"label": "early"},
+        "workload": {"name": "w"},
+        "metrics": {k: m.as_dict() for k, m in metrics.items()},
+        "extra": {"timeline": timeline([a, b])},
     }
     fig = build_figure(result)
     mixed = next(t for t in fig.data if t.name == "DP-mixed step")
@@ -136,24 +157,62 @@ def _calibration_file(path):
 
     def point(kind, form, batch, context, new_tokens, prefix, median_s):
         return {
-            "case": f"{kind}-{form}-{batch}-{context}-{new_tokens}-{prefix}", "kind": kind, "form": form,
-            "heads": 128, "page_size": 1, "dtype": "bfloat16", "batch": batch, "context": context,
-            "new_tokens": new_tokens, "prefix": prefix, "median_s": median_s, "quantiles_s": {},
-            "bytes": 1, "flops": 1, "bandwidth_bytes_per_s": 0.0, "flops_per_s": 0.0,
-            "copy_bandwidth_fraction": 0.0, "matmul_rate_fraction": 0.0, "rel_error": 0.0,
+            "case": f"{kind}-{form}-{batch}-{context}-{new_tokens}-{prefix}",
+            "kind": kind,
+            "form": form,
+            "heads": 128,
+            "page_size": 1,
+            "dtype": "bfloat16",
+            "batch": batch,
+            "context": context,
+            "new_tokens": new_tokens,
+            "prefix": prefix,
+            "median_s": median_s,
+            "quantiles_s": {},
+            "bytes": 1,
+            "flops": 1,
+            "bandwidth_bytes_per_s": 0.0,
+            "flops_per_s": 0.0,
+            "copy_bandwidth_fraction": 0.0,
+            "matmul_rate_fraction": 0.0,
+            "rel_error": 0.0,
         }
 
-    points = [point("decode", "mla", b, c, b, 0, 1e-6 * b * c / 1000) for b in (1, 64) for c in (1000, 8000)]
+    points = [
+        point("decode", "mla", b, c, b, 0, 1e-6 * b * c / 1000)
+        for b in (1, 64)
+        for c in (1000, 8000)
+    ]
     points += [point("extend", "mha", 1, 0, n, 0, 1e-9 * n * n) for n in (512, 4096)]
-    points += [point("extend", "mla", 1, p, n, p, 1e-9 * n * (n + p)) for n in (512, 4096) for p in (1000, 8000)]
-    save_calibration(path, {
-        "schema": "dpbench.kernel-calibration/1", "device": "cpu (test)", "interpreter": True,
-        "sglang_version": "test", "import_path": "test", "created": "2026-11-29T00:00:00Z",
-        "attn_tp_size": 1, "heads": 128, "default_page_size": 1, "sweep": "test",
-        "ceilings": {"copy_bytes_per_s": 1e12, "copy_bytes": 1, "matmul_flops_per_s": 1e14,
-                     "matmul_shape": [1, 1, 1], "matmul_dtype": "bf16", "device": "cpu"},
-        "points": points,
-    })
+    points += [
+        point("extend", "mla", 1, p, n, p, 1e-9 * n * (n + p))
+        for n in (512, 4096)
+        for p in (1000, 8000)
+    ]
+    save_calibration(
+        path,
+        {
+            "schema": "dpbench.kernel-calibration/1",
+            "device": "cpu (test)",
+            "interpreter": True,
+            "sglang_version": "test",
+            "import_path": "test",
+            "created": "2026-11-29T00:00:00Z",
+            "attn_tp_size": 1,
+            "heads": 128,
+            "default_page_size": 1,
+            "sweep": "test",
+            "ceilings": {
+                "copy_bytes_per_s": 1e12,
+                "copy_bytes": 1,
+                "matmul_flops_per_s": 1e14,
+                "matmul_shape": [1, 1, 1],
+                "matmul_dtype": "bf16",
+                "device": "cpu",
+            },
+            "points": points,
+        },
+    )
     return path
 
 
@@ -173,7 +232,9 @@ def test_calibrated_model_reads_per_layer_attention(tmp_path):
     measured = cal.calibration.estimate_s("decode", batch=64, context=1000, new_tokens=64)
     assert measured == pytest.approx(64e-6)
     d = roof.device
-    proj = roof._roof(2 * 64 * roof.attn_weights, roof.attn_weights * d.weight_bytes, d.gemm_efficiency)
+    proj = roof._roof(
+        2 * 64 * roof.attn_weights, roof.attn_weights * d.weight_bytes, d.gemm_efficiency
+    )
     assert cal.attention_s(decode) == pytest.approx(model.num_hidden_layers * (measured + proj))
     # only attention changes: an idle step costs the same under both models
     idle = [RankWork("idle")] * 4
@@ -184,20 +245,53 @@ def test_delayer_generation_is_told_from_the_signature():
     from dpbench.sglang_compat import delayer as compat
 
     class Args:
-        def __init__(self, dp_size, attn_tp_size, cpu_group, server_args, max_delay_passes, token_usage_low_watermark,
-                     metrics_collector=None, device="cpu", device_group=None): ...
+        def __init__(
+            self,
+            dp_size,
+            attn_tp_size,
+            cpu_group,
+            server_args,
+            max_delay_passes,
+            token_usage_low_watermark,
+            metrics_collector=None,
+            device="cpu",
+            device_group=None,
+        ): ...
 
     class SizesGroup:
-        def __init__(self, dp_size, attn_tp_size, cpu_group, max_delay_passes, token_usage_low_watermark,
-                     metrics_collector=None, device="cpu", device_group=None, debug_log_enabled=True): ...
+        def __init__(
+            self,
+            dp_size,
+            attn_tp_size,
+            cpu_group,
+            max_delay_passes,
+            token_usage_low_watermark,
+            metrics_collector=None,
+            device="cpu",
+            device_group=None,
+            debug_log_enabled=True,
+        ): ...
 
     class Group:
-        def __init__(self, cpu_group, max_delay_passes, token_usage_low_watermark, metrics_collector=None,
-                     device="cpu", device_group=None, debug_log_enabled=True): ...
+        def __init__(
+            self,
+            cpu_group,
+            max_delay_passes,
+            token_usage_low_watermark,
+            metrics_collector=None,
+            device="cpu",
+            device_group=None,
+            debug_log_enabled=True,
+        ): ...
 
     class Context:
-        def __init__(self, max_delay_passes, token_usage_low_watermark, metrics_collector=None,
-                     debug_log_enabled=True): ...
+        def __init__(
+            self,
+            max_delay_passes,
+            token_usage_low_watermark,
+            metrics_collector=None,
+            debug_log_enabled=True,
+        ): ...
 
     class Unknown:
         def __init__(self, group, passes): ...

@@ -26,7 +26,12 @@ def run(*args: str):
 def test_list_names_the_four_specs():
     result = run("list")
     assert result.exit_code == 0, result.output
-    for name in ("long-prompt-burst", "long-context-chat", "agentic-multiturn", "balanced-baseline"):
+    for name in (
+        "long-prompt-burst",
+        "long-context-chat",
+        "agentic-multiturn",
+        "balanced-baseline",
+    ):
         assert name in result.output
     assert "98%" in result.output and "60%" in result.output
 
@@ -43,11 +48,17 @@ def test_show_summarises_lengths_rate_and_plan():
 def test_gen_is_byte_identical_for_the_same_seed(tmp_path):
     a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
     for path, seed in ((a, "5"), (b, "5"), (c, "6")):
-        result = run("gen", "long-context-chat", "--seed", seed, "--num-requests", "200", "-o", str(path))
+        result = run(
+            "gen", "long-context-chat", "--seed", seed, "--num-requests", "200", "-o", str(path)
+        )
         assert result.exit_code == 0, result.output
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
-    assert hashlib.sha256(a.read_bytes()).hexdigest() in run(
-        "gen", "long-context-chat", "--seed", "5", "--num-requests", "200", "-o", str(a)).output
+    assert (
+        hashlib.sha256(a.read_bytes()).hexdigest()
+        in run(
+            "gen", "long-context-chat", "--seed", "5", "--num-requests", "200", "-o", str(a)
+        ).output
+    )
     assert len(load_trace(a)) == 200
 
 
@@ -62,8 +73,15 @@ def test_plan_prints_every_input_and_the_arithmetic_checks_out():
     assert result.exit_code == 0, result.output
     out = result.output
     # redo the reader's check from the printed numbers alone
-    rank, lora, layers, dtype = (int(_number(p, out)) for p in (
-        r"qk_rope_head_dim (\d+)\) ×", r"\(kv_lora_rank (\d+) \+", r"× layers (\d+) ×", r"× (\d) B ="))
+    rank, lora, layers, dtype = (
+        int(_number(p, out))
+        for p in (
+            r"qk_rope_head_dim (\d+)\) ×",
+            r"\(kv_lora_rank (\d+) \+",
+            r"× layers (\d+) ×",
+            r"× (\d) B =",
+        )
+    )
     bpt = int(_number(r"= ([\d,]+) B/token", out).replace(",", ""))
     assert bpt == (lora + rank) * layers * dtype == 70_272
     util = float(_number(r"target util +([\d.]+)", out))
@@ -83,13 +101,31 @@ def test_plan_prints_every_input_and_the_arithmetic_checks_out():
 def test_plan_json_and_overrides(tmp_path):
     trace = tmp_path / "t.jsonl"
     assert run("gen", "balanced-baseline", "--num-requests", "300", "-o", str(trace)).exit_code == 0
-    result = run("plan", "balanced-baseline", "--dp", "4", "--trace", str(trace), "--model",
-                 "deepseek-v3-tiny", "--kv-dtype", "fp8_e4m3", "--dispatch", "shortest_queue",
-                 "--target-util", "0.5", "--json")
+    result = run(
+        "plan",
+        "balanced-baseline",
+        "--dp",
+        "4",
+        "--trace",
+        str(trace),
+        "--model",
+        "deepseek-v3-tiny",
+        "--kv-dtype",
+        "fp8_e4m3",
+        "--dispatch",
+        "shortest_queue",
+        "--target-util",
+        "0.5",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
     assert plan["model_name"] == "deepseek-v3-tiny" and plan["bytes_per_token"] == 576 * 4 * 1
-    assert plan["dp_size"] == 4 and plan["dispatch"] == "shortest_queue" and plan["num_requests"] == 300
+    assert (
+        plan["dp_size"] == 4
+        and plan["dispatch"] == "shortest_queue"
+        and plan["num_requests"] == 300
+    )
     assert plan["max_total_tokens_per_rank"] == math.ceil(plan["peak_tokens"] / 0.5)
 
 
@@ -97,8 +133,14 @@ def test_plan_json_and_overrides(tmp_path):
     ("args", "fragment"),
     [
         (("show", "no-such-spec"), "no such spec file or shipped name"),
-        (("plan", "long-prompt-burst", "--model", "nope"), "`model`: model 'nope': no such config.json"),
-        (("plan", "long-prompt-burst", "--dispatch", "random"), "allowed: round_robin, shortest_queue"),
+        (
+            ("plan", "long-prompt-burst", "--model", "nope"),
+            "`model`: model 'nope': no such config.json",
+        ),
+        (
+            ("plan", "long-prompt-burst", "--dispatch", "random"),
+            "allowed: round_robin, shortest_queue",
+        ),
         (("plan", "long-prompt-burst", "--target-util", "2"), "allowed: a number in (0, 1]"),
     ],
 )

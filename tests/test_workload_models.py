@@ -28,20 +28,37 @@ def test_shipped_models():
 def test_reader_sees_the_expected_shape(name):
     cfg = load_model_config(name)
     arch, lora, rope, layers, vocab = EXPECTED[name]
-    assert (cfg.architecture, cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.num_hidden_layers,
-            cfg.vocab_size) == (arch, lora, rope, layers, vocab)
+    assert (
+        cfg.architecture,
+        cfg.kv_lora_rank,
+        cfg.qk_rope_head_dim,
+        cfg.num_hidden_layers,
+        cfg.vocab_size,
+    ) == (arch, lora, rope, layers, vocab)
     assert cfg.is_mla and cfg.is_moe and cfg.max_position_embeddings == 163840
 
 
 def test_tiny_keeps_deepseek_v3_attention_and_routing_shapes():
     tiny, real = load_model_config("deepseek-v3-tiny"), load_model_config("deepseek-v3")
-    for field in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-                  "n_routed_experts", "num_experts_per_tok", "n_shared_experts", "vocab_size"):
+    for field in (
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "n_shared_experts",
+        "vocab_size",
+    ):
         assert getattr(tiny, field) == getattr(real, field), field
     raw = json.loads((project_root() / "workloads/models/deepseek-v3-tiny/config.json").read_text())
     assert raw["model_type"] == "deepseek_v3" and "quantization_config" not in raw
     assert (raw["topk_method"], raw["scoring_func"], raw["n_group"], raw["topk_group"]) == (
-        "noaux_tc", "sigmoid", 8, 4)
+        "noaux_tc",
+        "sigmoid",
+        8,
+        4,
+    )
 
 
 @pytest.mark.sglang
@@ -63,8 +80,13 @@ def test_sglang_model_config_reads_our_configs(release_env):
         "out['tiny_class'] = cls.__module__ + '.' + cls.__name__\n"
         "print(json.dumps(out))\n"
     )
-    proc = subprocess.run([str(python), "-c", code, *SHIPPED], capture_output=True, text=True,
-                          timeout=300, cwd=project_root())
+    proc = subprocess.run(
+        [str(python), "-c", code, *SHIPPED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=project_root(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     for name in SHIPPED:

@@ -66,7 +66,9 @@ def test_deepseek_v3_mla_bytes_per_token():
 
 
 def test_deepseek_v2_lite_and_tiny_bytes_per_token():
-    assert load_model_config("deepseek-v2-lite").kv_bytes_per_token() == (512 + 64) * 27 * 2 == 31_104
+    assert (
+        load_model_config("deepseek-v2-lite").kv_bytes_per_token() == (512 + 64) * 27 * 2 == 31_104
+    )
     tiny = load_model_config("deepseek-v3-tiny")
     assert tiny.architecture == "DeepseekV3ForCausalLM" and tiny.is_mla and tiny.is_moe
     assert tiny.kv_bytes_per_token() == (512 + 64) * 4 * 2 == 4_608
@@ -75,8 +77,14 @@ def test_deepseek_v2_lite_and_tiny_bytes_per_token():
 
 def test_gqa_bytes_per_token(tmp_path):
     # Llama-3-8B shape: 32 layers, 8 KV heads of 128 → 2 × 8 × 128 × 32 × 2 B = 128 KiB
-    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+        "vocab_size": 128256,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     llama = load_model_config(tmp_path)
     assert not llama.is_mla and llama.head_dim == 128
@@ -88,14 +96,26 @@ def test_gqa_bytes_per_token(tmp_path):
 
 def test_model_config_errors_name_the_key(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8, "num_attention_heads": 2}))
-    with pytest.raises(ModelConfigError, match=r"`num_hidden_layers` must be an integer ≥ 1; found None"):
+    with pytest.raises(
+        ModelConfigError, match=r"`num_hidden_layers` must be an integer ≥ 1; found None"
+    ):
         load_model_config(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 2, "vocab_size": 10,
-         "kv_lora_rank": 16}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": 8,
+                "num_attention_heads": 2,
+                "num_hidden_layers": 2,
+                "vocab_size": 10,
+                "kv_lora_rank": 16,
+            }
+        )
+    )
     with pytest.raises(ModelConfigError, match=r"needs `qk_rope_head_dim` ≥ 1; found None"):
         load_model_config(tmp_path)
-    with pytest.raises(ModelConfigError, match=r"shipped name: deepseek-v2-lite, deepseek-v3, deepseek-v3-tiny"):
+    with pytest.raises(
+        ModelConfigError, match=r"shipped name: deepseek-v2-lite, deepseek-v3, deepseek-v3-tiny"
+    ):
         load_model_config("gpt-5")
 
 
@@ -170,14 +190,22 @@ def test_shared_prefix_is_held_once_per_rank():
 
 def test_back_to_back_requests_do_not_overlap():
     # a [0, 2) then b [2, 4), each 1010 tokens (1000/1000 + 10/10 = 2.0 s exactly)
-    assert plan_kv(parse_spec(SPEC), [req(0, 0.0, 1000, 10), req(1, 2.0, 1000, 10)], 1).peak_tokens == 1010
+    assert (
+        plan_kv(parse_spec(SPEC), [req(0, 0.0, 1000, 10), req(1, 2.0, 1000, 10)], 1).peak_tokens
+        == 1010
+    )
     # same with a shared 500-token prefix: the prefix interval ends and restarts at t=2
-    grouped = [req(0, 0.0, 1000, 10, group=0, prefix=500), req(1, 2.0, 1000, 10, group=0, prefix=500)]
+    grouped = [
+        req(0, 0.0, 1000, 10, group=0, prefix=500),
+        req(1, 2.0, 1000, 10, group=0, prefix=500),
+    ]
     assert plan_kv(parse_spec(SPEC), grouped, 1).peak_tokens == 510 + 500
 
 
 def test_closed_loop_starts_when_a_slot_frees():
-    spec = parse_spec(SPEC.replace("{process: poisson, rate_per_s: 1}", "{process: closed_loop, concurrency: 2}"))
+    spec = parse_spec(
+        SPEC.replace("{process: poisson, rate_per_s: 1}", "{process: closed_loop, concurrency: 2}")
+    )
     reqs = [req(i, 0.0, r.input_len, r.max_new_tokens) for i, r in enumerate(CASE_A[:4])]
     # holds 11, 7, 20.5, 11 → starts 0, 0, 7 (r1 frees), 11 (r0 frees); peak at t=0: 1100 + 2050
     one = plan_kv(spec, reqs, 1)
@@ -195,7 +223,10 @@ def test_overrides_for_utilization_and_dtype():
 
 def test_bad_planner_arguments_are_refused():
     spec = parse_spec(SPEC)
-    with pytest.raises(ValueError, match=r"dispatch must be one of round_robin, shortest_queue, total_tokens; found 'random'"):
+    with pytest.raises(
+        ValueError,
+        match=r"dispatch must be one of round_robin, shortest_queue, total_tokens; found 'random'",
+    ):
         plan_kv(spec, CASE_A, 2, "random")
     with pytest.raises(ValueError, match=r"dp_size must be ≥ 1; found 0"):
         plan_kv(spec, CASE_A, 0)

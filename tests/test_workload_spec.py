@@ -86,66 +86,157 @@ def _bad(old: str, new: str) -> str:
 
 # (case, YAML text, fragments the single error line must contain: field, value found, allowed)
 BAD_SPECS = [
-    ("missing field", _bad("num_requests: 50\n", ""),
-     ["`num_requests` is required but missing", "required: name, description"]),
-    ("unknown field (typo)", _bad("seed: 3", "seed: 3\nnum_request: 5"),
-     ["`num_request` is not a known field", "found 5", "num_requests"]),
-    ("wrong type", _bad("num_requests: 50", "num_requests: many"),
-     ["`num_requests`", "found 'many'", "allowed: a valid integer"]),
-    ("boolean where an integer belongs", _bad("num_requests: 50", "num_requests: true"),
-     ["`num_requests`", "found True", "valid integer"]),
-    ("out of range", _bad("num_requests: 50", "num_requests: 0"),
-     ["`num_requests`", "found 0", "greater than 0"]),
-    ("utilization above 1", _bad("target_kv_util: 0.9", "target_kv_util: 1.5"),
-     ["`target_kv_util`", "found 1.5", "less than or equal to 1"]),
-    ("unknown distribution kind", _bad("{kind: fixed, value: 8}", "{kind: zipf, value: 8}"),
-     ["`output_len`", "found", "`kind` must be one of 'fixed', 'uniform', 'lognormal', 'empirical'"]),
-    ("distribution without kind", _bad("{kind: fixed, value: 8}", "{value: 8}"),
-     ["`output_len`", "found {'value': 8}", "`kind` must be one of 'fixed', 'uniform', 'lognormal', 'empirical'"]),
-    ("parameter of another kind", _bad("{kind: fixed, value: 8}", "{kind: fixed, value: 8, sigma: 1}"),
-     ["`output_len.sigma` is not a known field", "found 1", "fields allowed here: value"]),
-    ("uniform bounds reversed", _bad("{kind: uniform, low: 10, high: 20}", "{kind: uniform, low: 30, high: 20}"),
-     ["`input_len`", "`high` (20) must be ≥ `low` (30)"]),
-    ("lognormal clip reversed",
-     _bad("{kind: uniform, low: 10, high: 20}", "{kind: lognormal, median: 50, sigma: 0.5, min: 90, max: 80}"),
-     ["`input_len`", "`max` (80) must be ≥ `min` (90)"]),
-    ("lognormal sigma not positive",
-     _bad("{kind: uniform, low: 10, high: 20}", "{kind: lognormal, median: 50, sigma: 0, max: 80}"),
-     ["`input_len.sigma`", "found 0", "greater than 0"]),
-    ("histogram weights do not match bins",
-     _bad("{kind: uniform, low: 10, high: 20}", "{kind: empirical, edges: [1, 10, 100], weights: [1]}"),
-     ["`input_len`", "one entry per bin", "len(edges) - 1 = 2", "found 1"]),
-    ("histogram edges not increasing",
-     _bad("{kind: uniform, low: 10, high: 20}", "{kind: empirical, edges: [10, 5], weights: [1]}"),
-     ["`input_len`", "strictly increasing", "[10, 5]"]),
-    ("unknown arrival process", _bad("process: poisson", "process: hawkes"),
-     ["`arrival`", "`process` must be one of 'poisson', 'gamma', 'bursts', 'closed_loop'"]),
-    ("burst shares not summing to 1",
-     _bad("{process: poisson, rate_per_s: 5}",
-          "{process: bursts, bursts: [{at_s: 0, share: 0.5}, {at_s: 5, share: 0.3}]}"),
-     ["`arrival`", "must sum to 1", "sum of 0.8"]),
-    ("negative burst time",
-     _bad("{process: poisson, rate_per_s: 5}", "{process: bursts, bursts: [{at_s: -1, share: 1}]}"),
-     ["`arrival.bursts[0].at_s`", "found -1", "greater than or equal to 0"]),
-    ("sessions with closed-loop arrivals",
-     _bad("{process: poisson, rate_per_s: 5}",
-          "{process: closed_loop, concurrency: 4}\nsessions: {turns: {kind: fixed, value: 3}, "
-          "think_time_s: {kind: fixed, value: 1}}"),
-     ["bad.yaml: `sessions` need an open-loop", "found closed_loop"]),
-    ("model that does not exist", _bad("model: deepseek-v3-tiny", "model: no-such-model"),
-     ["`model`", "'no-such-model'", "deepseek-v3-tiny", "deepseek-v2-lite"]),
-    ("bad name", _bad("name: tiny-test", "name: Tiny Test"),
-     ["`name`", "found 'Tiny Test'", "lower-case letters, digits and '-'"]),
-    ("unknown planner dispatch", _bad("seed: 3", "seed: 3\nplanner: {dispatch: random}"),
-     ["`planner.dispatch`", "found 'random'", "'round_robin'", "'shortest_queue'", "'total_tokens'"]),
-    ("shared prefix share above 1", _bad("seed: 3", "seed: 3\nshared_prefix: {groups: 2, prefix_len: 5, share: 2}"),
-     ["`shared_prefix.share`", "found 2", "less than or equal to 1"]),
+    (
+        "missing field",
+        _bad("num_requests: 50\n", ""),
+        ["`num_requests` is required but missing", "required: name, description"],
+    ),
+    (
+        "unknown field (typo)",
+        _bad("seed: 3", "seed: 3\nnum_request: 5"),
+        ["`num_request` is not a known field", "found 5", "num_requests"],
+    ),
+    (
+        "wrong type",
+        _bad("num_requests: 50", "num_requests: many"),
+        ["`num_requests`", "found 'many'", "allowed: a valid integer"],
+    ),
+    (
+        "boolean where an integer belongs",
+        _bad("num_requests: 50", "num_requests: true"),
+        ["`num_requests`", "found True", "valid integer"],
+    ),
+    (
+        "out of range",
+        _bad("num_requests: 50", "num_requests: 0"),
+        ["`num_requests`", "found 0", "greater than 0"],
+    ),
+    (
+        "utilization above 1",
+        _bad("target_kv_util: 0.9", "target_kv_util: 1.5"),
+        ["`target_kv_util`", "found 1.5", "less than or equal to 1"],
+    ),
+    (
+        "unknown distribution kind",
+        _bad("{kind: fixed, value: 8}", "{kind: zipf, value: 8}"),
+        [
+            "`output_len`",
+            "found",
+            "`kind` must be one of 'fixed', 'uniform', 'lognormal', 'empirical'",
+        ],
+    ),
+    (
+        "distribution without kind",
+        _bad("{kind: fixed, value: 8}", "{value: 8}"),
+        [
+            "`output_len`",
+            "found {'value': 8}",
+            "`kind` must be one of 'fixed', 'uniform', 'lognormal', 'empirical'",
+        ],
+    ),
+    (
+        "parameter of another kind",
+        _bad("{kind: fixed, value: 8}", "{kind: fixed, value: 8, sigma: 1}"),
+        ["`output_len.sigma` is not a known field", "found 1", "fields allowed here: value"],
+    ),
+    (
+        "uniform bounds reversed",
+        _bad("{kind: uniform, low: 10, high: 20}", "{kind: uniform, low: 30, high: 20}"),
+        ["`input_len`", "`high` (20) must be ≥ `low` (30)"],
+    ),
+    (
+        "lognormal clip reversed",
+        _bad(
+            "{kind: uniform, low: 10, high: 20}",
+            "{kind: lognormal, median: 50, sigma: 0.5, min: 90, max: 80}",
+        ),
+        ["`input_len`", "`max` (80) must be ≥ `min` (90)"],
+    ),
+    (
+        "lognormal sigma not positive",
+        _bad(
+            "{kind: uniform, low: 10, high: 20}", "{kind: lognormal, median: 50, sigma: 0, max: 80}"
+        ),
+        ["`input_len.sigma`", "found 0", "greater than 0"],
+    ),
+    (
+        "histogram weights do not match bins",
+        _bad(
+            "{kind: uniform, low: 10, high: 20}",
+            "{kind: empirical, edges: [1, 10, 100], weights: [1]}",
+        ),
+        ["`input_len`", "one entry per bin", "len(edges) - 1 = 2", "found 1"],
+    ),
+    (
+        "histogram edges not increasing",
+        _bad(
+            "{kind: uniform, low: 10, high: 20}", "{kind: empirical, edges: [10, 5], weights: [1]}"
+        ),
+        ["`input_len`", "strictly increasing", "[10, 5]"],
+    ),
+    (
+        "unknown arrival process",
+        _bad("process: poisson", "process: hawkes"),
+        ["`arrival`", "`process` must be one of 'poisson', 'gamma', 'bursts', 'closed_loop'"],
+    ),
+    (
+        "burst shares not summing to 1",
+        _bad(
+            "{process: poisson, rate_per_s: 5}",
+            "{process: bursts, bursts: [{at_s: 0, share: 0.5}, {at_s: 5, share: 0.3}]}",
+        ),
+        ["`arrival`", "must sum to 1", "sum of 0.8"],
+    ),
+    (
+        "negative burst time",
+        _bad(
+            "{process: poisson, rate_per_s: 5}", "{process: bursts, bursts: [{at_s: -1, share: 1}]}"
+        ),
+        ["`arrival.bursts[0].at_s`", "found -1", "greater than or equal to 0"],
+    ),
+    (
+        "sessions with closed-loop arrivals",
+        _bad(
+            "{process: poisson, rate_per_s: 5}",
+            "{process: closed_loop, concurrency: 4}\nsessions: {turns: {kind: fixed, value: 3}, "
+            "think_time_s: {kind: fixed, value: 1}}",
+        ),
+        ["bad.yaml: `sessions` need an open-loop", "found closed_loop"],
+    ),
+    (
+        "model that does not exist",
+        _bad("model: deepseek-v3-tiny", "model: no-such-model"),
+        ["`model`", "'no-such-model'", "deepseek-v3-tiny", "deepseek-v2-lite"],
+    ),
+    (
+        "bad name",
+        _bad("name: tiny-test", "name: Tiny Test"),
+        ["`name`", "found 'Tiny Test'", "lower-case letters, digits and '-'"],
+    ),
+    (
+        "unknown planner dispatch",
+        _bad("seed: 3", "seed: 3\nplanner: {dispatch: random}"),
+        [
+            "`planner.dispatch`",
+            "found 'random'",
+            "'round_robin'",
+            "'shortest_queue'",
+            "'total_tokens'",
+        ],
+    ),
+    (
+        "shared prefix share above 1",
+        _bad("seed: 3", "seed: 3\nshared_prefix: {groups: 2, prefix_len: 5, share: 2}"),
+        ["`shared_prefix.share`", "found 2", "less than or equal to 1"],
+    ),
     ("not a mapping", "- just\n- a list\n", ["a YAML mapping of fields", "found list"]),
     ("not YAML", GOOD + "input_len: [unclosed\n", ["not valid YAML at line"]),
 ]
 
 
-@pytest.mark.parametrize(("text", "fragments"), [c[1:] for c in BAD_SPECS], ids=[c[0] for c in BAD_SPECS])
+@pytest.mark.parametrize(
+    ("text", "fragments"), [c[1:] for c in BAD_SPECS], ids=[c[0] for c in BAD_SPECS]
+)
 def test_bad_spec_gets_one_clear_error(text, fragments):
     with pytest.raises(WorkloadSpecError) as info:
         parse_spec(text, source="bad.yaml")

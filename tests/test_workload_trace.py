@@ -66,7 +66,9 @@ def test_shipped_spec_generates_and_round_trips(name, tmp_path):
 def test_same_spec_and_seed_give_a_byte_identical_file(name, tmp_path):
     spec = small(name)
     a = write_trace(generate_trace(spec), tmp_path / "a.jsonl")
-    b = write_trace(generate_trace(load_spec(name).with_overrides(num_requests=300)), tmp_path / "b.jsonl")
+    b = write_trace(
+        generate_trace(load_spec(name).with_overrides(num_requests=300)), tmp_path / "b.jsonl"
+    )
     assert a.read_bytes() == b.read_bytes()
     c = write_trace(generate_trace(spec, seed=spec.seed + 1), tmp_path / "c.jsonl")
     assert sha(a) != sha(c)
@@ -85,8 +87,15 @@ def test_line_format_has_the_documented_keys_in_order(tmp_path):
     path = write_trace(reqs[:3], tmp_path / "t.jsonl")
     first = json.loads(path.read_text().splitlines()[0])
     assert list(first) == [
-        "id", "arrival_s", "input_len", "prefix_group", "prefix_len", "max_new_tokens",
-        "ignore_eos", "session", "turn",
+        "id",
+        "arrival_s",
+        "input_len",
+        "prefix_group",
+        "prefix_len",
+        "max_new_tokens",
+        "ignore_eos",
+        "session",
+        "turn",
     ]
 
 
@@ -115,7 +124,11 @@ def test_token_hash_is_splitmix64():
     from the documented algorithm without this code."""
     with np.errstate(over="ignore"):
         states = np.arange(1, 4, dtype=np.uint64) * SPLITMIX_GAMMA
-    assert splitmix64(states).tolist() == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    assert splitmix64(states).tolist() == [
+        0xE220A8397B1DCDAF,
+        0x6E789E6AA1B965F4,
+        0x06C45D188009454F,
+    ]
 
 
 def test_prefix_groups_share_their_leading_ids():
@@ -177,7 +190,9 @@ def test_too_long_for_the_model_is_refused():
     spec = small("balanced-baseline", 5).with_overrides(
         input_len={"kind": "fixed", "value": 200_000}
     )
-    with pytest.raises(WorkloadSpecError, match=r"needs 2\d{5} tokens of context.*max_position_embeddings = 163840"):
+    with pytest.raises(
+        WorkloadSpecError, match=r"needs 2\d{5} tokens of context.*max_position_embeddings = 163840"
+    ):
         generate_trace(spec)
 
 
@@ -211,21 +226,38 @@ def test_written_token_ids_load_back(tmp_path):
         ("not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object, found list"),
         ('{"id": "a"}', "missing key 'arrival_s'"),
-        ('{"id":"a","arrival_s":"0","input_len":3,"prefix_group":null,"prefix_len":0,'
-         '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null}', "'arrival_s' is '0'; allowed: a number"),
-        ('{"id":"a","arrival_s":0,"input_len":-3,"prefix_group":null,"prefix_len":0,'
-         '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null}', "'input_len' is -3; allowed: a non-negative integer"),
-        ('{"id":"a","arrival_s":0,"input_len":3,"prefix_group":null,"prefix_len":5,'
-         '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null}', "prefix_len ≤ input_len"),
-        ('{"id":"a","arrival_s":0,"input_len":3,"prefix_group":null,"prefix_len":0,'
-         '"max_new_tokens":1,"ignore_eos":1,"session":null,"turn":null}', "'ignore_eos' is 1; allowed: true or false"),
-        ('{"id":"a","arrival_s":0,"input_len":3,"prefix_group":null,"prefix_len":0,'
-         '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null,"input_ids":[1]}', "input_ids has 1 ids"),
+        (
+            '{"id":"a","arrival_s":"0","input_len":3,"prefix_group":null,"prefix_len":0,'
+            '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null}',
+            "'arrival_s' is '0'; allowed: a number",
+        ),
+        (
+            '{"id":"a","arrival_s":0,"input_len":-3,"prefix_group":null,"prefix_len":0,'
+            '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null}',
+            "'input_len' is -3; allowed: a non-negative integer",
+        ),
+        (
+            '{"id":"a","arrival_s":0,"input_len":3,"prefix_group":null,"prefix_len":5,'
+            '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null}',
+            "prefix_len ≤ input_len",
+        ),
+        (
+            '{"id":"a","arrival_s":0,"input_len":3,"prefix_group":null,"prefix_len":0,'
+            '"max_new_tokens":1,"ignore_eos":1,"session":null,"turn":null}',
+            "'ignore_eos' is 1; allowed: true or false",
+        ),
+        (
+            '{"id":"a","arrival_s":0,"input_len":3,"prefix_group":null,"prefix_len":0,'
+            '"max_new_tokens":1,"ignore_eos":true,"session":null,"turn":null,"input_ids":[1]}',
+            "input_ids has 1 ids",
+        ),
     ],
 )
 def test_bad_trace_line_names_file_line_and_problem(tmp_path, line, fragment):
     path = tmp_path / "bad.jsonl"
-    good = write_trace(generate_trace(small("balanced-baseline", 1)), tmp_path / "g.jsonl").read_text()
+    good = write_trace(
+        generate_trace(small("balanced-baseline", 1)), tmp_path / "g.jsonl"
+    ).read_text()
     path.write_text(good + line + "\n")
     with pytest.raises(TraceFormatError) as info:
         load_trace(path)

@@ -24,10 +24,13 @@ def asv_config_command(
     local = Path(repo).expanduser()
     if local.exists():
         if not (local / ".git").exists():
-            raise typer.BadParameter(f"{local} exists but is not a git clone (no .git); give a clone of SGLang")
+            raise typer.BadParameter(
+                f"{local} exists but is not a git clone (no .git); give a clone of SGLang"
+            )
         if not (local / conf.get("repo_subdir", "") / "pyproject.toml").exists():
             raise typer.BadParameter(
-                f"{local} has no {conf.get('repo_subdir', '')}/pyproject.toml; is it an SGLang clone?")
+                f"{local} has no {conf.get('repo_subdir', '')}/pyproject.toml; is it an SGLang clone?"
+            )
         repo = str(local.resolve())
     conf["repo"] = repo
     if branch:

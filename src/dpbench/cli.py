@@ -15,7 +15,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Where SGLang's PrefillDelayer negotiation sits, and what it does to DP-attention serving."""

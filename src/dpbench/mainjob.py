@@ -28,17 +28,19 @@ DEFAULT_BENCH = r"^(placement|twin)\."
 console = Console(stderr=True)
 
 
-def _run(cmd: list[str], *, cwd: Path) -> None:
+def _run(cmd: list[str], *, cwd: Path, check: bool = True, quiet: bool = False) -> int:
     """Run a step in its own process group, streaming its output; reap it on Ctrl-C."""
     console.print(f"[bold cyan]$[/] {' '.join(cmd)}")
-    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, stdout=out)
     try:
         rc = proc.wait()
     except BaseException:
         _kill_group(proc)
         raise
-    if rc != 0:
+    if rc != 0 and check:
         raise typer.Exit(rc)
+    return rc
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -55,7 +57,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def bench_command(
-    versions: list[str] = typer.Argument(None, help="SGLang releases (default: 0.5.16 0.5.17 0.5.23)"),
+    versions: list[str] = typer.Argument(
+        None, help="SGLang releases (default: 0.5.16 0.5.17 0.5.23)"
+    ),
     bench: str = typer.Option(DEFAULT_BENCH, "--bench", "-b", help="asv benchmark regex"),
     rerun: bool = typer.Option(False, help="re-run benchmarks that already have results"),
 ) -> None:
@@ -67,11 +71,14 @@ def bench_command(
     with console.status("building the SGLang release history (downloads wheels once)"):
         rows = releases.build(versions or releases.DEFAULT_RELEASES)
     console.print("release history: " + ", ".join(f"{v} ({sha[:8]})" for v, sha in rows))
-    _run([*asv, "machine", "--yes", *conf], cwd=root)
+    _run(
+        [*asv, "machine", "--yes", *conf], cwd=root, quiet=True
+    )  # its questionnaire, answered by defaults
     run = [*asv, "run", *conf, "--show-stderr", "--bench", bench, "--launch-method", "spawn"]
     if not rerun:
-        run.append("--skip-existing")
-    _run([*run, "ALL"], cwd=root)
+        run.append("--skip-existing-successful")  # failed ones are retried
+    # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
+    run_rc = _run([*run, "ALL"], cwd=root, check=False)
     _run([*asv, "publish", *conf], cwd=root)
     site = None
     try:
@@ -87,4 +94,12 @@ def bench_command(
     if site is not None:
         print(f"dashboard:  {site}")
     if len(rows) > 1:
-        print(f"compare:    .venv/bin/asv compare --config asv.releases.json {rows[0][1][:8]} {rows[1][1][:8]}")
+        print(
+            f"compare:    .venv/bin/asv compare --config asv.releases.json {rows[0][1][:8]} {rows[1][1][:8]}"
+        )
+        print(f"            .venv/bin/dpbench compare {rows[0][0]} {rows[1][0]}")
+    if run_rc != 0:
+        console.print(
+            f"[bold red]asv run exited with status {run_rc}: some benchmarks failed (see above)[/]"
+        )
+        raise typer.Exit(run_rc)

@@ -56,7 +56,9 @@ def _parse_versions(versions: Sequence[str]) -> list[str]:
         try:
             parsed.append((Version(v), v))
         except InvalidVersion as exc:
-            raise ReleasesError(f"{v!r} is not a version; give SGLang release versions like 0.5.16") from exc
+            raise ReleasesError(
+                f"{v!r} is not a version; give SGLang release versions like 0.5.16"
+            ) from exc
     if len({p for p, _ in parsed}) != len(parsed):
         raise ReleasesError(f"duplicate versions in {list(versions)}")
     return [v for _, v in sorted(parsed)]
@@ -73,7 +75,9 @@ def describe(version: str) -> Release:
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True,
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
         env={**os.environ, **(env or {})},
     )
     if proc.returncode != 0:
@@ -81,7 +85,9 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return proc.stdout.strip()
 
 
-def build(versions: Sequence[str] = DEFAULT_RELEASES, repo: Path | None = None) -> list[tuple[str, str]]:
+def build(
+    versions: Sequence[str] = DEFAULT_RELEASES, repo: Path | None = None
+) -> list[tuple[str, str]]:
     """(Re)build the history repository; returns [(version, commit sha)] oldest first.
 
     Rebuilding with the same versions gives the same commit hashes (fixed author,
@@ -105,9 +111,12 @@ def build(versions: Sequence[str] = DEFAULT_RELEASES, repo: Path | None = None) 
         _git(tmp, "add", "release.json", "README.md")
         stamp = rel.built.strftime("%Y-%m-%dT%H:%M:%S+00:00")
         ident = {
-            "GIT_AUTHOR_NAME": "dpbench releases", "GIT_AUTHOR_EMAIL": "dpbench@localhost",
-            "GIT_COMMITTER_NAME": "dpbench releases", "GIT_COMMITTER_EMAIL": "dpbench@localhost",
-            "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp,
+            "GIT_AUTHOR_NAME": "dpbench releases",
+            "GIT_AUTHOR_EMAIL": "dpbench@localhost",
+            "GIT_COMMITTER_NAME": "dpbench releases",
+            "GIT_COMMITTER_EMAIL": "dpbench@localhost",
+            "GIT_AUTHOR_DATE": stamp,
+            "GIT_COMMITTER_DATE": stamp,
         }
         _git(tmp, "commit", "-q", "--no-gpg-sign", "-m", f"sglang {rel.version}", env=ident)
         _git(tmp, "tag", f"v{rel.version}")

@@ -12,7 +12,9 @@ from dpbench import releases
 
 
 def releases_command(
-    versions: list[str] = typer.Argument(None, help="SGLang versions (default: 0.5.16 0.5.17 0.5.23)"),
+    versions: list[str] = typer.Argument(
+        None, help="SGLang versions (default: 0.5.16 0.5.17 0.5.23)"
+    ),
     repo: Path = typer.Option(None, help="where to build it (default: .cache/sglang-releases)"),
 ) -> None:
     """Build the local git history of SGLang PyPI releases that asv.releases.json runs over."""

@@ -106,17 +106,25 @@ class RunResultError(ValueError):
 def validate(result: Any, *, source: str = "<memory>") -> dict[str, Any]:
     """Check the shape of a run result; raise RunResultError naming the file and field."""
     if not isinstance(result, dict):
-        raise RunResultError(f"{source}: a run result is a JSON object, found {type(result).__name__}")
+        raise RunResultError(
+            f"{source}: a run result is a JSON object, found {type(result).__name__}"
+        )
     if result.get("schema") != SCHEMA:
-        raise RunResultError(f"{source}: field 'schema' must be {SCHEMA!r}, found {result.get('schema')!r}")
+        raise RunResultError(
+            f"{source}: field 'schema' must be {SCHEMA!r}, found {result.get('schema')!r}"
+        )
     if result.get("tier") not in TIERS:
-        raise RunResultError(f"{source}: field 'tier' must be one of {TIERS}, found {result.get('tier')!r}")
+        raise RunResultError(
+            f"{source}: field 'tier' must be one of {TIERS}, found {result.get('tier')!r}"
+        )
     metrics = result.get("metrics")
     if not isinstance(metrics, dict):
         raise RunResultError(f"{source}: field 'metrics' must be an object")
     for name, m in metrics.items():
         if not isinstance(m, dict) or not {"value", "unit", "better"} <= m.keys():
-            raise RunResultError(f"{source}: metric {name!r} needs value, unit and better; found {m!r}")
+            raise RunResultError(
+                f"{source}: metric {name!r} needs value, unit and better; found {m!r}"
+            )
     return result
 
 

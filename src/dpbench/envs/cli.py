@@ -12,16 +12,22 @@ from rich.table import Table
 from dpbench.envs.venv import EnvError, ensure_env, env_path
 from dpbench.paths import cache_dir
 
-app = typer.Typer(help="Per-release SGLang environments (SGLang --no-deps + CPU pins + shared torch).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Per-release SGLang environments (SGLang --no-deps + CPU pins + shared torch).",
+    no_args_is_help=True,
+)
 console = Console(stderr=True)
 
 
 @app.command("create")
-def create(versions: list[str] = typer.Argument(..., help="SGLang versions, e.g. 0.5.16 0.5.23")) -> None:
+def create(
+    versions: list[str] = typer.Argument(..., help="SGLang versions, e.g. 0.5.16 0.5.23"),
+) -> None:
     """Build (or reuse) the environment of each version."""
     for v in versions:
-        with console.status(f"SGLang {v}: environment at {env_path(v)} (first build takes minutes)"):
+        with console.status(
+            f"SGLang {v}: environment at {env_path(v)} (first build takes minutes)"
+        ):
             try:
                 env = ensure_env(v)
             except EnvError as exc:

@@ -60,8 +60,18 @@ def wheel_path(version: str) -> Path:
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
         if found:
             return found[0]
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "-q", "-d", str(wheels), f"sglang=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-q",
+            "-d",
+            str(wheels),
+            f"sglang=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise EnvError(
@@ -98,7 +108,9 @@ def torch_base() -> Path:
 def _site_packages(python: str | Path) -> Path:
     out = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return Path(out.stdout.strip())
 
@@ -120,7 +132,14 @@ def install_release(python: str | Path, version: str, *, with_dpbench: bool = Tr
     if with_dpbench:
         _pip(python, "--no-deps", "-e", str(project_root()))
         # dpbench's own light dependencies, without disturbing the release's pins.
-        _pip(python, "typer>=0.12", "rich>=13.7", "pyyaml>=6.0", "aiohttp>=3.9", "prometheus-client>=0.20")
+        _pip(
+            python,
+            "typer>=0.12",
+            "rich>=13.7",
+            "pyyaml>=6.0",
+            "aiohttp>=3.9",
+            "prometheus-client>=0.20",
+        )
     return {"sglang": version, "wheel": wheel.name, "requirements": reqs, "torch_base": str(base)}
 
 
@@ -167,7 +186,9 @@ def _base_python() -> str:
         proc = subprocess.run(["which", cand], capture_output=True, text=True)
         if proc.returncode == 0:
             return proc.stdout.strip()
-    raise EnvError(f"SGLang's wheels are built for CPython 3.11; found {sys.version.split()[0]} and no python3.11")
+    raise EnvError(
+        f"SGLang's wheels are built for CPython 3.11; found {sys.version.split()[0]} and no python3.11"
+    )
 
 
 def run_in_env(
@@ -184,7 +205,11 @@ def run_in_env(
     full_env.pop("VIRTUAL_ENV", None)
     return subprocess.run(
         [str(rel.python), "-m", module, *args],
-        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=project_root(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=project_root(),
     )
 
 

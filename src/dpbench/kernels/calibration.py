@@ -113,12 +113,16 @@ def save_calibration(path: str | os.PathLike[str], data: dict[str, Any]) -> Path
     try:
         CalibrationFile.model_validate(data)
     except ValidationError as exc:
-        raise CalibrationError(f"refusing to write an invalid calibration to {path}: {exc}") from exc
+        raise CalibrationError(
+            f"refusing to write an invalid calibration to {path}: {exc}"
+        ) from exc
     write_json(path, data)
     return Path(path)
 
 
-def load_calibration(path: str | os.PathLike[str], *, allow_interpreter: bool = False) -> Calibration:
+def load_calibration(
+    path: str | os.PathLike[str], *, allow_interpreter: bool = False
+) -> Calibration:
     """Read a calibration file; refuse interpreter-mode times unless ``allow_interpreter``."""
     p = Path(path)
     try:
@@ -130,16 +134,20 @@ def load_calibration(path: str | os.PathLike[str], *, allow_interpreter: bool = 
     except json.JSONDecodeError as exc:
         raise CalibrationError(f"{p}: not valid JSON ({exc})") from exc
     if isinstance(raw, dict) and raw.get("schema") != SCHEMA:
-        raise CalibrationError(f"{p}: field 'schema' must be {SCHEMA!r}, found {raw.get('schema')!r}")
+        raise CalibrationError(
+            f"{p}: field 'schema' must be {SCHEMA!r}, found {raw.get('schema')!r}"
+        )
     try:
         data = CalibrationFile.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        raise CalibrationError(f"{p}: field {where!r}: {first['msg']} ({exc.error_count()} error(s) in all)") from exc
+        raise CalibrationError(
+            f"{p}: field {where!r}: {first['msg']} ({exc.error_count()} error(s) in all)"
+        ) from exc
     if data.interpreter and not allow_interpreter:
         raise InterpreterCalibrationError(
-            f"{p} was measured under Triton's interpreter on a CPU (\"interpreter\": true, device "
+            f'{p} was measured under Triton\'s interpreter on a CPU ("interpreter": true, device '
             f"{data.device!r}): its times are not GPU kernel times. Pass allow_interpreter=True to use "
             "it anyway (tests, plumbing), or measure on a GPU with `dpbench kernels run -o <file>`."
         )
@@ -170,13 +178,16 @@ class Calibration:
     def page_sizes(self) -> list[int]:
         return sorted({p.page_size for p in self.data.points})
 
-    def estimate_s(self, kind: str, *, batch: int, context: int, new_tokens: int,
-                   page_size: int | None = None) -> float:
+    def estimate_s(
+        self, kind: str, *, batch: int, context: int, new_tokens: int, page_size: int | None = None
+    ) -> float:
         """Seconds one attention layer takes for this forward (see the module docstring)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if min(batch, context, new_tokens) < 0:
-            raise ValueError(f"batch, context and new_tokens must be ≥0; got {batch}, {context}, {new_tokens}")
+            raise ValueError(
+                f"batch, context and new_tokens must be ≥0; got {batch}, {context}, {new_tokens}"
+            )
         page = self.data.default_page_size if page_size is None else page_size
         if kind == "mixed" and batch == 0:
             kind, batch, context = "extend", 1, 0
@@ -191,10 +202,14 @@ class Calibration:
                 return 0.0
             reqs = max(1, batch)
             per_req = max(1, round(new_tokens / reqs))
-            return reqs * self._interpolate("extend", page, {"new_tokens": per_req, "prefix": context})
+            return reqs * self._interpolate(
+                "extend", page, {"new_tokens": per_req, "prefix": context}
+            )
         if batch == 0 or context == 0:
             return 0.0
-        return self._interpolate("mixed", page, {"new_tokens": new_tokens, "batch": batch, "context": context})
+        return self._interpolate(
+            "mixed", page, {"new_tokens": new_tokens, "batch": batch, "context": context}
+        )
 
     # --- interpolation ----------------------------------------------------------------
     def _points(self, kind: str, page: int, extend_form: str | None) -> list[CalibrationPoint]:
@@ -212,7 +227,9 @@ class Calibration:
         return pts
 
     def _case(self, kind: str, page: int, axes: dict[str, int], dtype: str) -> Case:
-        return Case(kind=kind, heads=self.data.heads, page_size=page, dtype=dtype, shape=self._shape, **axes)  # type: ignore[arg-type]
+        return Case(
+            kind=kind, heads=self.data.heads, page_size=page, dtype=dtype, shape=self._shape, **axes
+        )  # type: ignore[arg-type]
 
     def _roofline_s(self, case: Case) -> float:
         c = self.data.ceilings
@@ -229,19 +246,24 @@ class Calibration:
         clamped = [min(max(query[n], ax[0]), ax[-1]) for n, ax in zip(names, axes, strict=True)]
         est = _multilinear_log(axes, table, clamped)
         if est is None:  # incomplete grid: nearest measured point in log distance
-            key = min(table, key=lambda k: sum(math.log(k[i] / clamped[i]) ** 2 for i in range(len(k))))
+            key = min(
+                table, key=lambda k: sum(math.log(k[i] / clamped[i]) ** 2 for i in range(len(k)))
+            )
             est = table[key]
             clamped = list(key)
         if clamped != [query[n] for n in names]:
             at = dict(query)
             at.update(dict(zip(names, clamped, strict=True)))
             dt = pts[0].dtype
-            est *= self._roofline_s(self._case(kind, page, query, dt)) / self._roofline_s(self._case(kind, page, at, dt))
+            est *= self._roofline_s(self._case(kind, page, query, dt)) / self._roofline_s(
+                self._case(kind, page, at, dt)
+            )
         return est
 
 
-def _multilinear_log(axes: Sequence[Sequence[int]], table: dict[tuple[int, ...], float],
-                     x: Sequence[int]) -> float | None:
+def _multilinear_log(
+    axes: Sequence[Sequence[int]], table: dict[tuple[int, ...], float], x: Sequence[int]
+) -> float | None:
     """Interpolate log(t) multilinearly in log(axis); None if a needed grid corner is missing."""
     brackets = []
     for ax, v in zip(axes, x, strict=True):

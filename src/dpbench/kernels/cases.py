@@ -47,7 +47,10 @@ class MLAShape:
     qk_rope_head_dim: int = 64
     qk_nope_head_dim: int = 128
     v_head_dim: int = 128
-    max_context_len: int = field(default=163840, metadata={"help": "max_position_embeddings: sizes the backend's KV-split cap"})
+    max_context_len: int = field(
+        default=163840,
+        metadata={"help": "max_position_embeddings: sizes the backend's KV-split cap"},
+    )
     rope_factor: float = 40.0
     mscale_all_dim: float = 1.0
 
@@ -87,8 +90,12 @@ class Case:
     heads: int = field(metadata={"help": "query heads on this rank"})
     page_size: int = 1
     batch: int = field(default=0, metadata={"help": "decode requests (decode, mixed)"})
-    context: int = field(default=0, metadata={"help": "tokens per decode request, new one included"})
-    new_tokens: int = field(default=0, metadata={"help": "tokens of the extend request (extend, mixed)"})
+    context: int = field(
+        default=0, metadata={"help": "tokens per decode request, new one included"}
+    )
+    new_tokens: int = field(
+        default=0, metadata={"help": "tokens of the extend request (extend, mixed)"}
+    )
     prefix: int = field(default=0, metadata={"help": "cached prefix of the extend request"})
     dtype: str = "bfloat16"
     shape: MLAShape = DEEPSEEK_V3
@@ -105,7 +112,9 @@ class Case:
         need_decode = self.kind in ("decode", "mixed")
         need_extend = self.kind in ("extend", "mixed")
         if need_decode and (self.batch < 1 or self.context < 1):
-            raise ValueError(f"a {self.kind} case needs batch ≥1 and context ≥1; got {self.batch}, {self.context}")
+            raise ValueError(
+                f"a {self.kind} case needs batch ≥1 and context ≥1; got {self.batch}, {self.context}"
+            )
         if need_extend and self.new_tokens < 1:
             raise ValueError(f"a {self.kind} case needs new_tokens ≥1; got {self.new_tokens}")
         if not need_decode and (self.batch or self.context):
@@ -218,8 +227,11 @@ class DPPair:
 SWEEPS = ("full", "quick", "check", "tiny")
 
 
-def _grid(kind: Kind, heads: int, pages: Iterable[int], dtype: str, **axes: Iterable[int]) -> Iterator[Case]:
+def _grid(
+    kind: Kind, heads: int, pages: Iterable[int], dtype: str, **axes: Iterable[int]
+) -> Iterator[Case]:
     names = list(axes)
+
     def rec(i: int, acc: dict[str, int]) -> Iterator[dict[str, int]]:
         if i == len(names):
             yield dict(acc)
@@ -227,6 +239,7 @@ def _grid(kind: Kind, heads: int, pages: Iterable[int], dtype: str, **axes: Iter
         for v in axes[names[i]]:
             acc[names[i]] = v
             yield from rec(i + 1, acc)
+
     for page in pages:
         for combo in rec(0, {}):
             yield Case(kind=kind, heads=heads, page_size=page, dtype=dtype, **combo)
@@ -250,34 +263,79 @@ def sweep(name: str, *, attn_tp_size: int = 1, dtype: str = "bfloat16") -> list[
             Case("decode", heads=h, page_size=64, batch=3, context=70, dtype=dtype),
             Case("extend", heads=h, page_size=1, new_tokens=24, prefix=0, dtype=dtype),
             Case("extend", heads=h, page_size=64, new_tokens=20, prefix=70, dtype=dtype),
-            Case("mixed", heads=h, page_size=1, batch=2, context=33, new_tokens=17, prefix=0, dtype=dtype),
-            Case("mixed", heads=h, page_size=64, batch=3, context=65, new_tokens=9, prefix=0, dtype=dtype),
+            Case(
+                "mixed",
+                heads=h,
+                page_size=1,
+                batch=2,
+                context=33,
+                new_tokens=17,
+                prefix=0,
+                dtype=dtype,
+            ),
+            Case(
+                "mixed",
+                heads=h,
+                page_size=64,
+                batch=3,
+                context=65,
+                new_tokens=9,
+                prefix=0,
+                dtype=dtype,
+            ),
         ]
     heads = DEEPSEEK_V3.heads_per_rank(attn_tp_size)
     k = 1024
     table = {
         "full": dict(
-            dec_b=(1, 8, 32, 64, 128, 256), dec_c=(k, 4 * k, 16 * k, 64 * k),
-            ext_n=(512, k, 2 * k, 4 * k, 8 * k, 16 * k), ext_p=(4 * k, 16 * k),
-            mix_n=(512, 2 * k, 8 * k), mix_b=(8, 32, 128), mix_c=(4 * k, 16 * k), pages=PAGE_SIZES,
+            dec_b=(1, 8, 32, 64, 128, 256),
+            dec_c=(k, 4 * k, 16 * k, 64 * k),
+            ext_n=(512, k, 2 * k, 4 * k, 8 * k, 16 * k),
+            ext_p=(4 * k, 16 * k),
+            mix_n=(512, 2 * k, 8 * k),
+            mix_b=(8, 32, 128),
+            mix_c=(4 * k, 16 * k),
+            pages=PAGE_SIZES,
         ),
         "quick": dict(
-            dec_b=(1, 32, 256), dec_c=(k, 16 * k, 64 * k),
-            ext_n=(512, 4 * k, 16 * k), ext_p=(16 * k,),
-            mix_n=(2 * k, 8 * k), mix_b=(32, 128), mix_c=(4 * k, 16 * k), pages=PAGE_SIZES,
+            dec_b=(1, 32, 256),
+            dec_c=(k, 16 * k, 64 * k),
+            ext_n=(512, 4 * k, 16 * k),
+            ext_p=(16 * k,),
+            mix_n=(2 * k, 8 * k),
+            mix_b=(32, 128),
+            mix_c=(4 * k, 16 * k),
+            pages=PAGE_SIZES,
         ),
         "check": dict(
-            dec_b=(1, 32, 256), dec_c=(k, 16 * k, 64 * k),
-            ext_n=(512, 4 * k, 16 * k), ext_p=(16 * k,),
-            mix_n=(2 * k, 8 * k), mix_b=(32, 128), mix_c=(4 * k, 16 * k), pages=(64,),
+            dec_b=(1, 32, 256),
+            dec_c=(k, 16 * k, 64 * k),
+            ext_n=(512, 4 * k, 16 * k),
+            ext_p=(16 * k,),
+            mix_n=(2 * k, 8 * k),
+            mix_b=(32, 128),
+            mix_c=(4 * k, 16 * k),
+            pages=(64,),
         ),
     }[name]
     pages = table["pages"]
     cases = list(_grid("decode", heads, pages, dtype, batch=table["dec_b"], context=table["dec_c"]))
     cases += list(_grid("extend", heads, (1,), dtype, new_tokens=table["ext_n"], prefix=(0,)))
-    cases += list(_grid("extend", heads, pages, dtype, new_tokens=table["ext_n"], prefix=table["ext_p"]))
-    cases += list(_grid("mixed", heads, pages, dtype, new_tokens=table["mix_n"], batch=table["mix_b"],
-                        context=table["mix_c"], prefix=(0,)))
+    cases += list(
+        _grid("extend", heads, pages, dtype, new_tokens=table["ext_n"], prefix=table["ext_p"])
+    )
+    cases += list(
+        _grid(
+            "mixed",
+            heads,
+            pages,
+            dtype,
+            new_tokens=table["mix_n"],
+            batch=table["mix_b"],
+            context=table["mix_c"],
+            prefix=(0,),
+        )
+    )
     if name == "full":
         return cases
     # Reduced sweeps run under a time budget: interleave the kinds so a cut keeps some of each.

@@ -29,8 +29,9 @@ class Ceilings:
         return d
 
 
-def measure_ceilings(device: str = "cuda", *, copy_mib: int | None = None, matmul_n: int | None = None,
-                     seed: int = 0) -> Ceilings:
+def measure_ceilings(
+    device: str = "cuda", *, copy_mib: int | None = None, matmul_n: int | None = None, seed: int = 0
+) -> Ceilings:
     """Measure copy bandwidth and matmul rate on ``device`` ("cuda" or "cpu")."""
     import torch
 
@@ -51,9 +52,12 @@ def measure_ceilings(device: str = "cuda", *, copy_mib: int | None = None, matmu
     if device == "cuda":
         torch.cuda.empty_cache()
     return Ceilings(
-        copy_bytes_per_s=moved / copy_s, copy_bytes=moved,
-        matmul_flops_per_s=2 * matmul_n**3 / mm_s, matmul_shape=(matmul_n, matmul_n, matmul_n),
-        matmul_dtype=str(mm_dtype).removeprefix("torch."), device=name,
+        copy_bytes_per_s=moved / copy_s,
+        copy_bytes=moved,
+        matmul_flops_per_s=2 * matmul_n**3 / mm_s,
+        matmul_shape=(matmul_n, matmul_n, matmul_n),
+        matmul_dtype=str(mm_dtype).removeprefix("torch."),
+        device=name,
     )
 
 

@@ -43,8 +43,10 @@ SWEEP_HELP = "full | quick | check | tiny (tiny: for Triton's interpreter on a C
 def _enable_interpreter() -> None:
     """TRITON_INTERPRET must be set before triton is imported; say so if it is too late."""
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        raise typer.BadParameter("--interpreter: triton is already imported without TRITON_INTERPRET=1; "
-                                 "set TRITON_INTERPRET=1 in the environment instead")
+        raise typer.BadParameter(
+            "--interpreter: triton is already imported without TRITON_INTERPRET=1; "
+            "set TRITON_INTERPRET=1 in the environment instead"
+        )
     os.environ["TRITON_INTERPRET"] = "1"
 
 
@@ -75,18 +77,34 @@ def _stdout() -> Any:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def _table(points: list[dict[str, Any]], failures: list[dict[str, Any]], skipped: list[str], title: str) -> Any:
+def _table(
+    points: list[dict[str, Any]], failures: list[dict[str, Any]], skipped: list[str], title: str
+) -> Any:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for col in ("case", "median µs", "p20–p80 µs", "GB/s", "% copy BW", "TFLOP/s", "% matmul", "rel err"):
+    for col in (
+        "case",
+        "median µs",
+        "p20–p80 µs",
+        "GB/s",
+        "% copy BW",
+        "TFLOP/s",
+        "% matmul",
+        "rel err",
+    ):
         table.add_column(col, justify="left" if col == "case" else "right")
     for p in points:
         q = p["quantiles_s"]
         table.add_row(
-            p["case"], f"{p['median_s'] * 1e6:.1f}", f"{q.get('p20', 0) * 1e6:.1f}–{q.get('p80', 0) * 1e6:.1f}",
-            f"{p['bandwidth_bytes_per_s'] / 1e9:.1f}", f"{100 * p['copy_bandwidth_fraction']:.1f}",
-            f"{p['flops_per_s'] / 1e12:.2f}", f"{100 * p['matmul_rate_fraction']:.1f}", f"{p['rel_error']:.1e}",
+            p["case"],
+            f"{p['median_s'] * 1e6:.1f}",
+            f"{q.get('p20', 0) * 1e6:.1f}–{q.get('p80', 0) * 1e6:.1f}",
+            f"{p['bandwidth_bytes_per_s'] / 1e9:.1f}",
+            f"{100 * p['copy_bandwidth_fraction']:.1f}",
+            f"{p['flops_per_s'] / 1e12:.2f}",
+            f"{100 * p['matmul_rate_fraction']:.1f}",
+            f"{p['rel_error']:.1e}",
         )
     for f in failures:
         table.add_row(f["case"], "WRONG", "", "", "", "", "", f["reason"][:60])
@@ -95,9 +113,20 @@ def _table(points: list[dict[str, Any]], failures: list[dict[str, Any]], skipped
     return table
 
 
-def _run(sweep_name: str, output: Path, *, interpreter: bool, attn_tp_size: int, dtype: str, seed: int,
-         warmup_ms: float, rep_ms: float, budget_s: float | None, kernels_import: str,
-         log_lines: list[str] | None = None) -> tuple[dict[str, Any], Any]:
+def _run(
+    sweep_name: str,
+    output: Path,
+    *,
+    interpreter: bool,
+    attn_tp_size: int,
+    dtype: str,
+    seed: int,
+    warmup_ms: float,
+    rep_ms: float,
+    budget_s: float | None,
+    kernels_import: str,
+    log_lines: list[str] | None = None,
+) -> tuple[dict[str, Any], Any]:
     if interpreter:
         _enable_interpreter()
     from dpbench.kernels.calibration import save_calibration
@@ -114,9 +143,11 @@ def _run(sweep_name: str, output: Path, *, interpreter: bool, attn_tp_size: int,
         def on_case(case: Any, rec: dict[str, Any]) -> None:
             if rec["status"] == "ok":
                 p = rec["point"]
-                line = (f"ok      {case.name}: median {p['median_s'] * 1e6:.1f} µs, "
-                        f"{p['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({100 * p['copy_bandwidth_fraction']:.1f}% of copy), "
-                        f"rel err {p['rel_error']:.2e}, {p['timing']['method']}, {p['timing']['cache']}")
+                line = (
+                    f"ok      {case.name}: median {p['median_s'] * 1e6:.1f} µs, "
+                    f"{p['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({100 * p['copy_bandwidth_fraction']:.1f}% of copy), "
+                    f"rel err {p['rel_error']:.2e}, {p['timing']['method']}, {p['timing']['cache']}"
+                )
             elif rec["status"] == "failed":
                 line = f"WRONG   {case.name}: {rec['failure']['reason']}"
             else:
@@ -129,10 +160,23 @@ def _run(sweep_name: str, output: Path, *, interpreter: bool, attn_tp_size: int,
             bar.advance(task)
 
         try:
-            calib, outcome = run_sweep(sweep_name, device=device, attn_tp_size=attn_tp_size, dtype=dtype, seed=seed,
-                                       warmup_ms=warmup_ms, rep_ms=rep_ms, deadline_s=budget_s,
-                                       kernels_mode=kernels_import, on_case=on_case, on_start=on_start)
-        except (ImportError, RuntimeError) as exc:  # no SGLang, no GPU, unsupported kernel signatures
+            calib, outcome = run_sweep(
+                sweep_name,
+                device=device,
+                attn_tp_size=attn_tp_size,
+                dtype=dtype,
+                seed=seed,
+                warmup_ms=warmup_ms,
+                rep_ms=rep_ms,
+                deadline_s=budget_s,
+                kernels_mode=kernels_import,
+                on_case=on_case,
+                on_start=on_start,
+            )
+        except (
+            ImportError,
+            RuntimeError,
+        ) as exc:  # no SGLang, no GPU, unsupported kernel signatures
             log.append(f"cannot run: {exc}")
             console().print(f"dpbench kernels: {exc}")
             raise typer.Exit(2) from None
@@ -146,18 +190,41 @@ def _run(sweep_name: str, output: Path, *, interpreter: bool, attn_tp_size: int,
 
 @app.command()
 def run(
-    output: Annotated[Path, typer.Option("-o", "--output", help="calibration JSON to write")] = Path("calib.json"),
-    quick: Annotated[bool, typer.Option("--quick", help="the quick sweep (same as --sweep quick)")] = False,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="calibration JSON to write")
+    ] = Path("calib.json"),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="the quick sweep (same as --sweep quick)")
+    ] = False,
     sweep_name: Annotated[str, typer.Option("--sweep", help=SWEEP_HELP)] = "full",
-    interpreter: Annotated[bool, typer.Option("--interpreter", help="run on the CPU under Triton's interpreter (marks the file interpreter=true)")] = False,
-    attn_tp_size: Annotated[int, typer.Option(help="attention TP size per DP rank (tp/dp); 1 = DP attention, 128 heads")] = 1,
-    dtype: Annotated[str, typer.Option(help="bfloat16 (GPU); float32 under the interpreter, whose bf16 is wrong on CPUs")] = "",
+    interpreter: Annotated[
+        bool,
+        typer.Option(
+            "--interpreter",
+            help="run on the CPU under Triton's interpreter (marks the file interpreter=true)",
+        ),
+    ] = False,
+    attn_tp_size: Annotated[
+        int, typer.Option(help="attention TP size per DP rank (tp/dp); 1 = DP attention, 128 heads")
+    ] = 1,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="bfloat16 (GPU); float32 under the interpreter, whose bf16 is wrong on CPUs"
+        ),
+    ] = "",
     seed: int = 0,
     warmup_ms: float = 25.0,
     rep_ms: float = 100.0,
-    budget_s: Annotated[float, typer.Option(help="stop starting new cases after this many seconds (0: none)")] = 0.0,
-    kernels_import: Annotated[str, typer.Option(help="auto | package | kernel-modules-only")] = "auto",
-    sglang_wheel: Annotated[Path | None, typer.Option(help="SGLang .whl to import from when SGLang is not installed")] = None,
+    budget_s: Annotated[
+        float, typer.Option(help="stop starting new cases after this many seconds (0: none)")
+    ] = 0.0,
+    kernels_import: Annotated[
+        str, typer.Option(help="auto | package | kernel-modules-only")
+    ] = "auto",
+    sglang_wheel: Annotated[
+        Path | None, typer.Option(help="SGLang .whl to import from when SGLang is not installed")
+    ] = None,
 ) -> None:
     """Check every case against the reference, time it, and write the calibration file."""
     from dpbench.kernels.cases import SWEEPS
@@ -169,20 +236,43 @@ def run(
     if name not in SWEEPS:
         raise typer.BadParameter(f"--sweep must be one of {SWEEPS}, got {name!r}")
     dt = dtype or ("float32" if interpreter else "bfloat16")
-    calib, outcome = _run(name, output, interpreter=interpreter, attn_tp_size=attn_tp_size, dtype=dt, seed=seed,
-                          warmup_ms=warmup_ms, rep_ms=rep_ms, budget_s=budget_s or None,
-                          kernels_import=kernels_import)
+    calib, outcome = _run(
+        name,
+        output,
+        interpreter=interpreter,
+        attn_tp_size=attn_tp_size,
+        dtype=dt,
+        seed=seed,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        budget_s=budget_s or None,
+        kernels_import=kernels_import,
+    )
     title = f"{calib['device']} · SGLang {calib['sglang_version']} · sweep {name}"
-    _stdout().print(_table(outcome.points, outcome.failures, [s["case"] for s in outcome.skipped], title))
+    _stdout().print(
+        _table(outcome.points, outcome.failures, [s["case"] for s in outcome.skipped], title)
+    )
     if outcome.failures or not outcome.points:
         raise typer.Exit(1)
 
 
 @app.command()
 def check(
-    out_dir: Annotated[Path, typer.Option("-o", "--out-dir", help="folder for calibration.json, check.log, run-result.json")] = Path("kernels-check"),
-    sglang_wheel: Annotated[Path | None, typer.Option(help="SGLang .whl to import from (its Python files unzipped into a temp folder) when SGLang is not installed")] = None,
-    budget_s: Annotated[float, typer.Option(help="stop starting new cases after this many seconds")] = 360.0,
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "-o", "--out-dir", help="folder for calibration.json, check.log, run-result.json"
+        ),
+    ] = Path("kernels-check"),
+    sglang_wheel: Annotated[
+        Path | None,
+        typer.Option(
+            help="SGLang .whl to import from (its Python files unzipped into a temp folder) when SGLang is not installed"
+        ),
+    ] = None,
+    budget_s: Annotated[
+        float, typer.Option(help="stop starting new cases after this many seconds")
+    ] = 360.0,
     attn_tp_size: int = 1,
     seed: int = 0,
 ) -> None:
@@ -196,26 +286,46 @@ def check(
     import torch
 
     if not torch.cuda.is_available():
-        console().print("dpbench kernels check needs a CUDA GPU; torch sees none. "
-                        "On a CPU: `dpbench kernels run --interpreter --sweep tiny`.")
+        console().print(
+            "dpbench kernels check needs a CUDA GPU; torch sees none. "
+            "On a CPU: `dpbench kernels run --interpreter --sweep tiny`."
+        )
         raise typer.Exit(2)
-    log.append(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-               f"triton {importlib.import_module('triton').__version__}")
+    log.append(
+        f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+        f"triton {importlib.import_module('triton').__version__}"
+    )
     calib_path = out_dir / "calibration.json"
     try:
-        calib, outcome = _run("check", calib_path, interpreter=False, attn_tp_size=attn_tp_size, dtype="bfloat16",
-                              seed=seed, warmup_ms=25.0, rep_ms=100.0, budget_s=budget_s,
-                              kernels_import="auto", log_lines=log)
+        calib, outcome = _run(
+            "check",
+            calib_path,
+            interpreter=False,
+            attn_tp_size=attn_tp_size,
+            dtype="bfloat16",
+            seed=seed,
+            warmup_ms=25.0,
+            rep_ms=100.0,
+            budget_s=budget_s,
+            kernels_import="auto",
+            log_lines=log,
+        )
     finally:
         (out_dir / "check.log").write_text("\n".join(log) + "\n")
     c = calib["ceilings"]
-    log.append(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
+    log.append(
+        f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul {c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s"
+    )
     _write_run_result(out_dir / "run-result.json", calib, outcome, time.perf_counter() - t0)
     log.append(f"wall {time.perf_counter() - t0:.0f} s")
     (out_dir / "check.log").write_text("\n".join(log) + "\n")
-    title = (f"{calib['device']} · SGLang {calib['sglang_version']} ({calib['import_path']}) · "
-             f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s · matmul {c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
-    _stdout().print(_table(outcome.points, outcome.failures, [s["case"] for s in outcome.skipped], title))
+    title = (
+        f"{calib['device']} · SGLang {calib['sglang_version']} ({calib['import_path']}) · "
+        f"copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s · matmul {c['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s"
+    )
+    _stdout().print(
+        _table(outcome.points, outcome.failures, [s["case"] for s in outcome.skipped], title)
+    )
     if outcome.failures or not outcome.points:
         raise typer.Exit(1)
 
@@ -224,17 +334,23 @@ def _write_run_result(path: Path, calib: dict[str, Any], outcome: Any, wall_s: f
     from dpbench.results import Metric, make_run_result, save
 
     metrics = {
-        "copy_bandwidth_bytes_per_s": Metric(calib["ceilings"]["copy_bytes_per_s"], "B/s", "higher"),
+        "copy_bandwidth_bytes_per_s": Metric(
+            calib["ceilings"]["copy_bytes_per_s"], "B/s", "higher"
+        ),
         "matmul_flops_per_s": Metric(calib["ceilings"]["matmul_flops_per_s"], "FLOP/s", "higher"),
         "cases_wrong_count": Metric(float(len(outcome.failures)), "count", "lower"),
     }
     for p in outcome.points:
         metrics[f"{p['case']}_median_us"] = Metric(p["median_s"] * 1e6, "us", "lower")
-        metrics[f"{p['case']}_copy_bw_fraction"] = Metric(p["copy_bandwidth_fraction"], "fraction", "higher")
+        metrics[f"{p['case']}_copy_bw_fraction"] = Metric(
+            p["copy_bandwidth_fraction"], "fraction", "higher"
+        )
     result = make_run_result(
         tier="kernels",
         sglang={"version": calib["sglang_version"], "commit": None, "generation": None},
-        metrics=metrics, wall_time_s=wall_s, notes=list(calib["notes"]),
+        metrics=metrics,
+        wall_time_s=wall_s,
+        notes=list(calib["notes"]),
         extra={"calibration": calib},
     )
     save(path, result)
@@ -243,29 +359,67 @@ def _write_run_result(path: Path, calib: dict[str, Any], outcome: Any, wall_s: f
 # What a GPU machine with torch+triton (the device image: Python 3.12, with numpy, psutil,
 # requests, packaging, anyio, typer, rich, pyyaml) lacks for the check: SGLang's kernel
 # imports and dpbench's pydantic, pinned to what dpbench is tested with.
-CARRIED = ("pydantic==2.14.4", "pydantic_core==2.50.5", "typing-inspection", "annotated-types",
-           "typing_extensions", "orjson", "pybase64", "starlette", "msgspec", "pyzmq")
-PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
-             "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
+CARRIED = (
+    "pydantic==2.14.4",
+    "pydantic_core==2.50.5",
+    "typing-inspection",
+    "annotated-types",
+    "typing_extensions",
+    "orjson",
+    "pybase64",
+    "starlette",
+    "msgspec",
+    "pyzmq",
+)
+PLATFORMS = (
+    "manylinux_2_34_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
 
 
 @app.command()
 def wheels(
-    dest: Annotated[Path, typer.Option(help="folder to fill (ignored by git; name it in the device run's carry)")] = Path(".whl/kernels"),
-    sglang: Annotated[list[str], typer.Option(help="SGLang release(s) whose wheel to bring")] = ["0.5.23", "0.5.16"],  # noqa: B006
+    dest: Annotated[
+        Path,
+        typer.Option(help="folder to fill (ignored by git; name it in the device run's carry)"),
+    ] = Path(".whl/kernels"),
+    sglang: Annotated[
+        list[str] | None, typer.Option(help="SGLang release(s) whose wheel to bring (default: 0.5.23 0.5.16)")
+    ] = None,
     python_version: Annotated[str, typer.Option(help="the GPU machine's Python")] = "3.12",
 ) -> None:
     """Download (where a registry is reachable) the wheels `check` needs on a machine without one."""
     import subprocess
 
+    sglang = sglang or ["0.5.23", "0.5.16"]
     base = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
     cmds = [[*base, "-d", str(dest / "sglang"), f"sglang=={v}"] for v in sglang]
     plat = [x for p in PLATFORMS for x in ("--platform", p)]
-    cmds.append([*base, "--python-version", python_version, "--implementation", "cp", *plat, "-d", str(dest), *CARRIED])
+    cmds.append(
+        [
+            *base,
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            *plat,
+            "-d",
+            str(dest),
+            *CARRIED,
+        ]
+    )
     for cmd in cmds:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            console().print(f"pip download failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}")
+            console().print(
+                f"pip download failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}"
+            )
             raise typer.Exit(2)
     got = sorted(p.name for p in dest.rglob("*.whl"))
     total = sum(p.stat().st_size for p in dest.rglob("*.whl"))
@@ -275,7 +429,9 @@ def wheels(
 @app.command()
 def show(
     path: Path,
-    allow_interpreter: Annotated[bool, typer.Option(help="also show interpreter-mode (CPU) files")] = False,
+    allow_interpreter: Annotated[
+        bool, typer.Option(help="also show interpreter-mode (CPU) files")
+    ] = False,
 ) -> None:
     """Print a calibration file's measured cases."""
     from dpbench.kernels.calibration import (
@@ -287,11 +443,15 @@ def show(
     try:
         cal = load_calibration(path, allow_interpreter=allow_interpreter)
     except CalibrationError as exc:
-        hint = " (here: --allow-interpreter)" if isinstance(exc, InterpreterCalibrationError) else ""
+        hint = (
+            " (here: --allow-interpreter)" if isinstance(exc, InterpreterCalibrationError) else ""
+        )
         console().print(f"{exc}{hint}")
         raise typer.Exit(2) from None
     points = [p.model_dump() for p in cal.data.points]
-    title = f"{cal.device} · SGLang {cal.sglang_version}" + (" · INTERPRETER (CPU)" if cal.interpreter else "")
+    title = f"{cal.device} · SGLang {cal.sglang_version}" + (
+        " · INTERPRETER (CPU)" if cal.interpreter else ""
+    )
     _stdout().print(_table(points, cal.data.failures, [], title))
 
 

@@ -30,13 +30,19 @@ class CaseInputs:
 
     @property
     def nbytes_allocated(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors.values() if isinstance(t, torch.Tensor))
+        return sum(
+            t.numel() * t.element_size()
+            for t in self.tensors.values()
+            if isinstance(t, torch.Tensor)
+        )
 
     def poison(self) -> None:
         self.out.fill_(float("nan"))
 
 
-def _slot_indices(lengths: list[int], page_size: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+def _slot_indices(
+    lengths: list[int], page_size: int, gen: torch.Generator, device: torch.device
+) -> torch.Tensor:
     """Token slots of every request, concatenated, as a pool of page_size pages would place them."""
     total = sum(lengths)
     if total == 0:
@@ -51,7 +57,9 @@ def _slot_indices(lengths: list[int], page_size: int, gen: torch.Generator, devi
     for n, npages in zip(lengths, pages_per, strict=True):
         pages = order[start : start + npages]
         start += npages
-        slots = (pages[:, None] * page_size + torch.arange(page_size, device=device)[None, :]).reshape(-1)
+        slots = (
+            pages[:, None] * page_size + torch.arange(page_size, device=device)[None, :]
+        ).reshape(-1)
         out.append(slots[:n])
     return torch.cat(out).to(torch.int32)
 
@@ -62,19 +70,29 @@ def _indptr(lengths: list[int], device: torch.device) -> torch.Tensor:
     return ptr.to(device)
 
 
-def _randn(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+def _randn(
+    shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, device: torch.device
+) -> torch.Tensor:
     """Standard normals in ``dtype``, drawn in float32 slices (a 19 GB KV pool needs no 39 GB float32 copy)."""
     out = torch.empty(shape, dtype=dtype, device=device)
     flat = out.view(-1)
     step = 1 << 27
     for start in range(0, flat.numel(), step):
         n = min(step, flat.numel() - start)
-        flat[start : start + n] = torch.randn(n, generator=gen, device=device, dtype=torch.float32).to(dtype)
+        flat[start : start + n] = torch.randn(
+            n, generator=gen, device=device, dtype=torch.float32
+        ).to(dtype)
     return out
 
 
-def make_inputs(case: Case, *, device: str | torch.device, seed: int, max_kv_splits: int,
-                num_kv_splits: torch.Tensor | None = None) -> CaseInputs:
+def make_inputs(
+    case: Case,
+    *,
+    device: str | torch.device,
+    seed: int,
+    max_kv_splits: int,
+    num_kv_splits: torch.Tensor | None = None,
+) -> CaseInputs:
     """Random inputs for ``case`` on ``device`` (deterministic for a seed).
 
     Decode launches also take the split-KV scratch (``attn_logits``/``attn_lse``, fp32, as
@@ -96,12 +114,20 @@ def make_inputs(case: Case, *, device: str | torch.device, seed: int, max_kv_spl
         if num_kv_splits is None:
             num_kv_splits = torch.full((case.batch,), max_kv_splits, dtype=torch.int32, device=dev)
         tensors = dict(
-            q=q, k_buffer=k_buffer, v_buffer=k_buffer[..., : s.mla_v_dim], o=out,
-            kv_indptr=_indptr(lengths, dev), kv_indices=kv_indices,
-            attn_logits=torch.empty((case.batch, h, max_kv_splits, s.mla_v_dim), dtype=torch.float32, device=dev),
+            q=q,
+            k_buffer=k_buffer,
+            v_buffer=k_buffer[..., : s.mla_v_dim],
+            o=out,
+            kv_indptr=_indptr(lengths, dev),
+            kv_indices=kv_indices,
+            attn_logits=torch.empty(
+                (case.batch, h, max_kv_splits, s.mla_v_dim), dtype=torch.float32, device=dev
+            ),
             attn_lse=torch.empty((case.batch, h, max_kv_splits), dtype=torch.float32, device=dev),
-            num_kv_splits=num_kv_splits.to(dev), max_kv_splits=max_kv_splits,
-            sm_scale=s.sm_scale, page_size=case.page_size,
+            num_kv_splits=num_kv_splits.to(dev),
+            max_kv_splits=max_kv_splits,
+            sm_scale=s.sm_scale,
+            page_size=case.page_size,
         )
         return CaseInputs(case, tensors, out)
 
@@ -128,9 +154,18 @@ def make_inputs(case: Case, *, device: str | torch.device, seed: int, max_kv_spl
         v_buffer = k_buffer[..., : s.mla_v_dim]
         kv_indices = _slot_indices(prefixes, case.page_size, gen, dev)
     tensors = dict(
-        q_extend=q, k_extend=k_extend, v_extend=v_extend, o_extend=out, k_buffer=k_buffer,
-        v_buffer=v_buffer, qo_indptr=_indptr(news, dev), kv_indptr=_indptr(prefixes, dev),
-        kv_indices=kv_indices, max_len_extend=max(news), sm_scale=s.sm_scale, page_size=case.page_size,
+        q_extend=q,
+        k_extend=k_extend,
+        v_extend=v_extend,
+        o_extend=out,
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        qo_indptr=_indptr(news, dev),
+        kv_indptr=_indptr(prefixes, dev),
+        kv_indices=kv_indices,
+        max_len_extend=max(news),
+        sm_scale=s.sm_scale,
+        page_size=case.page_size,
     )
     return CaseInputs(case, tensors, out)
 

@@ -17,7 +17,9 @@ from dpbench.kernels.inputs import CaseInputs
 _CHUNK_ELEMENTS = 1 << 26
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, first_query_pos: int) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, first_query_pos: int
+) -> torch.Tensor:
     """q [n, H, d], k [L, Hk, d], v [L, Hk, dv] → [n, H, dv]; query i (position first_query_pos + i) sees keys 0..pos."""
     n, h, _ = q.shape
     length, hk, _ = k.shape
@@ -34,7 +36,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, 
         mask = key_pos[None, :] > q_pos[:, None]  # [c, L]: future keys
         scores = scores.masked_fill(mask[:, None, None, :], float("-inf"))
         probs = torch.softmax(scores, dim=-1)
-        out[start : start + rows] = torch.einsum("cgsl,lgd->cgsd", probs, v).reshape(qc.shape[0], h, -1)
+        out[start : start + rows] = torch.einsum("cgsl,lgd->cgsd", probs, v).reshape(
+            qc.shape[0], h, -1
+        )
     return out
 
 
@@ -44,7 +48,9 @@ def reference_output(inputs: CaseInputs, *, dtype: torch.dtype = torch.float64) 
     t = inputs.tensors
     if case.kind == "decode":
         q = t["q"].to(dtype)
-        out = torch.empty((q.shape[0], q.shape[1], t["v_buffer"].shape[-1]), dtype=dtype, device=q.device)
+        out = torch.empty(
+            (q.shape[0], q.shape[1], t["v_buffer"].shape[-1]), dtype=dtype, device=q.device
+        )
         ptr = t["kv_indptr"].tolist()
         for b in range(q.shape[0]):
             idx = t["kv_indices"][ptr[b] : ptr[b + 1]].long()
@@ -54,7 +60,9 @@ def reference_output(inputs: CaseInputs, *, dtype: torch.dtype = torch.float64) 
             out[b] = _attend(q[b : b + 1], k, v, t["sm_scale"], k.shape[0] - 1)[0]
         return out
     q = t["q_extend"].to(dtype)
-    out = torch.empty((q.shape[0], q.shape[1], t["v_extend"].shape[-1]), dtype=dtype, device=q.device)
+    out = torch.empty(
+        (q.shape[0], q.shape[1], t["v_extend"].shape[-1]), dtype=dtype, device=q.device
+    )
     qo = t["qo_indptr"].tolist()
     kv = t["kv_indptr"].tolist()
     for b in range(len(qo) - 1):

@@ -34,14 +34,19 @@ def _dense_reference(inputs: CaseInputs) -> torch.Tensor:
             v = t["v_buffer"][idx, 0].to(f)
             q = t["q"][b].to(f)  # [H, 576]
             o = torch.nn.functional.scaled_dot_product_attention(
-                q[:, None, :], k[None].expand(q.shape[0], -1, -1), v[None].expand(q.shape[0], -1, -1),
-                scale=t["sm_scale"])
+                q[:, None, :],
+                k[None].expand(q.shape[0], -1, -1),
+                v[None].expand(q.shape[0], -1, -1),
+                scale=t["sm_scale"],
+            )
             outs.append(o[:, 0, :])
         return torch.stack(outs)
     qo, kv = t["qo_indptr"].tolist(), t["kv_indptr"].tolist()
     for b in range(len(qo) - 1):
         idx = t["kv_indices"][kv[b] : kv[b + 1]].long()
-        k = torch.cat([t["k_buffer"][idx].to(f), t["k_extend"][qo[b] : qo[b + 1]].to(f)])  # [L, Hk, d]
+        k = torch.cat(
+            [t["k_buffer"][idx].to(f), t["k_extend"][qo[b] : qo[b + 1]].to(f)]
+        )  # [L, Hk, d]
         v = torch.cat([t["v_buffer"][idx].to(f), t["v_extend"][qo[b] : qo[b + 1]].to(f)])
         q = t["q_extend"][qo[b] : qo[b + 1]].to(f)  # [n, H, d]
         n, h, p = q.shape[0], q.shape[1], idx.shape[0]
@@ -49,7 +54,12 @@ def _dense_reference(inputs: CaseInputs) -> torch.Tensor:
             k, v = k.expand(-1, h, -1), v.expand(-1, h, -1)
         allowed = torch.arange(p + n)[None, :] <= (p + torch.arange(n))[:, None]  # [n, L]
         o = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=t["sm_scale"])
+            q.transpose(0, 1),
+            k.transpose(0, 1),
+            v.transpose(0, 1),
+            attn_mask=allowed,
+            scale=t["sm_scale"],
+        )
         outs.append(o.transpose(0, 1))
     return torch.cat(outs)
 
@@ -57,7 +67,9 @@ def _dense_reference(inputs: CaseInputs) -> torch.Tensor:
 class _FakeKernels:
     """Stands in for SGLang's kernels to exercise the checker: writes ``fill(out, ref)`` into the output."""
 
-    def __init__(self, fill: Callable[[torch.Tensor, torch.Tensor], None], ref: torch.Tensor) -> None:
+    def __init__(
+        self, fill: Callable[[torch.Tensor, torch.Tensor], None], ref: torch.Tensor
+    ) -> None:
         self.fill, self.ref = fill, ref
 
     def decode(self, *, o: torch.Tensor, **_: Any) -> None:
@@ -89,22 +101,38 @@ def _checks() -> list[dict[str, Any]]:
         chunked = reference_output(inp)
     finally:
         ref_mod._CHUNK_ELEMENTS = saved
-    record("reference-chunking", torch.equal(whole, chunked), {"max_abs_diff": float((whole - chunked).abs().max())})
+    record(
+        "reference-chunking",
+        torch.equal(whole, chunked),
+        {"max_abs_diff": float((whole - chunked).abs().max())},
+    )
 
     # The checker: unwritten outputs, half-written outputs, wrong values, right values.
     for case in (cases[0], cases[-1]):
         inp = make_inputs(case, device="cpu", seed=11, max_kv_splits=4)
         ref = reference_output(inp)
         none = verify(_FakeKernels(lambda o, r: None, ref), inp)
-        record(f"poison-unwritten:{case.name}", not none.ok and none.unwritten_or_nan == none.elements, none.as_dict())
+        record(
+            f"poison-unwritten:{case.name}",
+            not none.ok and none.unwritten_or_nan == none.elements,
+            none.as_dict(),
+        )
 
         def half(o: torch.Tensor, r: torch.Tensor) -> None:
             o.view(-1)[: o.numel() // 2] = r.reshape(-1)[: o.numel() // 2].to(o.dtype)
+
         part = verify(_FakeKernels(half, ref), inp)
-        record(f"poison-half-written:{case.name}", not part.ok and part.unwritten_or_nan == part.elements - part.elements // 2,
-               part.as_dict())
+        record(
+            f"poison-half-written:{case.name}",
+            not part.ok and part.unwritten_or_nan == part.elements - part.elements // 2,
+            part.as_dict(),
+        )
         noisy = verify(_FakeKernels(lambda o, r: o.copy_((r * 1.05).to(o.dtype)), ref), inp)
-        record(f"wrong-values-fail:{case.name}", not noisy.ok and noisy.rel_error > noisy.tolerance, noisy.as_dict())
+        record(
+            f"wrong-values-fail:{case.name}",
+            not noisy.ok and noisy.rel_error > noisy.tolerance,
+            noisy.as_dict(),
+        )
         exact = verify(_FakeKernels(lambda o, r: o.copy_(r.to(o.dtype)), ref), inp)
         record(f"right-values-pass:{case.name}", exact.ok, exact.as_dict())
 
@@ -113,15 +141,24 @@ def _checks() -> list[dict[str, Any]]:
         case = Case("decode", heads=2, page_size=page, batch=3, context=150, dtype="float32")
         inp = make_inputs(case, device="cpu", seed=3, max_kv_splits=4)
         idx = inp.tensors["kv_indices"].long()
-        ok = idx.unique().numel() == idx.numel() and int(idx.min()) >= 1 and int(idx.max()) < case.kv_slots
+        ok = (
+            idx.unique().numel() == idx.numel()
+            and int(idx.min()) >= 1
+            and int(idx.max()) < case.kv_slots
+        )
         runs_ok = True
         if page == 64:
             for b in range(3):
                 r = idx[b * 150 : (b + 1) * 150]
-                runs_ok &= bool((r[::64] % 64 == 0).all()) and bool((r.view(-1)[:128].view(2, 64).diff(dim=1) == 1).all())
+                runs_ok &= bool((r[::64] % 64 == 0).all()) and bool(
+                    (r.view(-1)[:128].view(2, 64).diff(dim=1) == 1).all()
+                )
         shares = inp.tensors["v_buffer"].data_ptr() == inp.tensors["k_buffer"].data_ptr()
-        record(f"kv-layout:page{page}", ok and runs_ok and shares,
-               {"unique_nonzero_in_range": ok, "page_runs": runs_ok, "v_views_k": shares})
+        record(
+            f"kv-layout:page{page}",
+            ok and runs_ok and shares,
+            {"unique_nonzero_in_range": ok, "page_runs": runs_ok, "v_views_k": shares},
+        )
     return results
 
 

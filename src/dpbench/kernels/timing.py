@@ -59,8 +59,12 @@ def _summary(per_call_s: Sequence[float], quantiles: Sequence[float]) -> dict[st
     arr = np.asarray(per_call_s, dtype=np.float64)
     qs = {f"p{round(q * 100):d}": float(np.quantile(arr, q)) for q in quantiles}
     return dict(
-        median_s=float(np.median(arr)), quantiles_s=qs, mean_s=float(arr.mean()),
-        min_s=float(arr.min()), max_s=float(arr.max()), samples=int(arr.size),
+        median_s=float(np.median(arr)),
+        quantiles_s=qs,
+        mean_s=float(arr.mean()),
+        min_s=float(arr.min()),
+        max_s=float(arr.max()),
+        samples=int(arr.size),
     )
 
 
@@ -109,14 +113,22 @@ def time_launches(
     try:
         import torch
     except ImportError as exc:
-        raise RuntimeError(f"time_launches(device='cuda') needs torch with a CUDA GPU; torch is not importable ({exc})") from exc
+        raise RuntimeError(
+            f"time_launches(device='cuda') needs torch with a CUDA GPU; torch is not importable ({exc})"
+        ) from exc
     if not torch.cuda.is_available():
         raise RuntimeError("time_launches(device='cuda') needs a CUDA GPU; found none")
     rotating = len(calls) > 1
     flush_buf = None
     if flush_l2 and not rotating:
-        flush_buf = torch.empty(max(256 << 20, 2 * _l2_bytes(torch)), dtype=torch.int8, device="cuda")
-    cache = f"rotating-{len(calls)}-sets" if rotating else ("l2-flush" if flush_buf is not None else "warm")
+        flush_buf = torch.empty(
+            max(256 << 20, 2 * _l2_bytes(torch)), dtype=torch.int8, device="cuda"
+        )
+    cache = (
+        f"rotating-{len(calls)}-sets"
+        if rotating
+        else ("l2-flush" if flush_buf is not None else "warm")
+    )
 
     # Compile call (Triton JIT, autotuning) on every input set, then the estimate.
     for fn in calls:
@@ -136,8 +148,17 @@ def time_launches(
     method = "cuda-events"
     if graph_below_ms > 0 and estimate_ms < graph_below_ms:
         try:
-            return _time_graph(torch, calls, estimate_ms, n_warmup, rep_ms, graph_target_ms,
-                               quantiles, max_calls, cache if rotating else "warm")
+            return _time_graph(
+                torch,
+                calls,
+                estimate_ms,
+                n_warmup,
+                rep_ms,
+                graph_target_ms,
+                quantiles,
+                max_calls,
+                cache if rotating else "warm",
+            )
         except RuntimeError as exc:  # a launch that cannot be captured is timed call by call
             torch.cuda.synchronize()
             method = f"cuda-events (graph capture failed: {str(exc).splitlines()[0][:120]})"
@@ -155,13 +176,27 @@ def time_launches(
         ends[i].record()
     torch.cuda.synchronize()
     per_call = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
-    return Timing(**_summary(per_call, quantiles), calls_per_sample=1, warmup_calls=n_warmup,
-                  estimate_s=estimate_ms / 1e3, method=method, cache=cache)
+    return Timing(
+        **_summary(per_call, quantiles),
+        calls_per_sample=1,
+        warmup_calls=n_warmup,
+        estimate_s=estimate_ms / 1e3,
+        method=method,
+        cache=cache,
+    )
 
 
-def _time_graph(torch: Any, calls: list[Callable[[], Any]], estimate_ms: float, n_warmup: int,
-                rep_ms: float, graph_target_ms: float, quantiles: Sequence[float], max_calls: int,
-                cache: str) -> Timing:
+def _time_graph(
+    torch: Any,
+    calls: list[Callable[[], Any]],
+    estimate_ms: float,
+    n_warmup: int,
+    rep_ms: float,
+    graph_target_ms: float,
+    quantiles: Sequence[float],
+    max_calls: int,
+    cache: str,
+) -> Timing:
     per_graph = min(max_calls, max(len(calls), math.ceil(graph_target_ms / estimate_ms)))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -187,12 +222,23 @@ def _time_graph(torch: Any, calls: list[Callable[[], Any]], estimate_ms: float, 
     torch.cuda.synchronize()
     per_call = [s.elapsed_time(e) / 1e3 / per_graph for s, e in zip(starts, ends, strict=True)]
     del graph
-    return Timing(**_summary(per_call, quantiles), calls_per_sample=per_graph, warmup_calls=n_warmup,
-                  estimate_s=estimate_ms / 1e3, method="cuda-graph", cache=cache)
+    return Timing(
+        **_summary(per_call, quantiles),
+        calls_per_sample=per_graph,
+        warmup_calls=n_warmup,
+        estimate_s=estimate_ms / 1e3,
+        method="cuda-graph",
+        cache=cache,
+    )
 
 
-def _time_cpu(calls: list[Callable[[], Any]], warmup_ms: float, rep_ms: float,
-              quantiles: Sequence[float], max_calls: int) -> Timing:
+def _time_cpu(
+    calls: list[Callable[[], Any]],
+    warmup_ms: float,
+    rep_ms: float,
+    quantiles: Sequence[float],
+    max_calls: int,
+) -> Timing:
     for fn in calls:
         fn()
     # Interpreter launches take seconds: one call makes the estimate.
@@ -209,5 +255,11 @@ def _time_cpu(calls: list[Callable[[], Any]], warmup_ms: float, rep_ms: float,
         calls[i % len(calls)]()
         per_call.append(time.perf_counter() - t0)
     cache = f"rotating-{len(calls)}-sets" if len(calls) > 1 else "warm"
-    return Timing(**_summary(per_call, quantiles), calls_per_sample=1, warmup_calls=n_warmup,
-                  estimate_s=estimate_ms / 1e3, method="cpu-wallclock", cache=cache)
+    return Timing(
+        **_summary(per_call, quantiles),
+        calls_per_sample=1,
+        warmup_calls=n_warmup,
+        estimate_s=estimate_ms / 1e3,
+        method="cpu-wallclock",
+        cache=cache,
+    )

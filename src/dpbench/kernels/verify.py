@@ -51,8 +51,15 @@ def verify(kernels: Any, inputs: CaseInputs, *, ref_dtype: torch.dtype | None = 
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     tol = TOLERANCE[case.dtype]
     if bad:
-        return Verdict(case.name, False, float("nan"), tol, bad, out.numel(),
-                       f"{bad} of {out.numel()} output elements are NaN/inf (unwritten or overflowed)")
+        return Verdict(
+            case.name,
+            False,
+            float("nan"),
+            tol,
+            bad,
+            out.numel(),
+            f"{bad} of {out.numel()} output elements are NaN/inf (unwritten or overflowed)",
+        )
     err = relative_error(out, ref)
     ok = err <= tol
     reason = "" if ok else f"relative error {err:.3g} exceeds {tol:g} for {case.dtype}"

@@ -119,13 +119,21 @@ class Probe:
     def _delayer(self, verdict: bool) -> RecordingDelayer:
         return RecordingDelayer(verdict, self.executor_cls)
 
-    def _adder(self, alloc: Any, tree: Any, delayer: RecordingDelayer | None, chunk: int | None = None) -> Any:
+    def _adder(
+        self, alloc: Any, tree: Any, delayer: RecordingDelayer | None, chunk: int | None = None
+    ) -> Any:
         return self.kit.new_adder(
-            allocator=alloc, tree_cache=tree, running_batch=self.kit.new_running_batch(),
-            rem_input_tokens=AMPLE_POOL, rem_chunk_tokens=chunk, prefill_delayer_single_pass=delayer,
+            allocator=alloc,
+            tree_cache=tree,
+            running_batch=self.kit.new_running_batch(),
+            rem_input_tokens=AMPLE_POOL,
+            rem_chunk_tokens=chunk,
+            prefill_delayer_single_pass=delayer,
         )
 
-    def _offer(self, name: str, pool: int, verdict: bool, prefix: list[int] | None = None) -> CaseRecord:
+    def _offer(
+        self, name: str, pool: int, verdict: bool, prefix: list[int] | None = None
+    ) -> CaseRecord:
         kit = self.kit
         alloc = kit.new_allocator(pool)
         tree = kit.new_tree_cache(alloc)
@@ -143,7 +151,9 @@ class Probe:
 
     def kv_budget_reject(self) -> CaseRecord:
         rec = self._offer("kv_budget_reject", TIGHT_POOL, True)
-        rec.detail["setup"] = f"{PROMPT_TOKENS}-token prompt, {TIGHT_POOL}-slot KV pool, verdict allow"
+        rec.detail["setup"] = (
+            f"{PROMPT_TOKENS}-token prompt, {TIGHT_POOL}-slot KV pool, verdict allow"
+        )
         rec.conforms_to_pr31835 = rec.result == "NO_TOKEN" and not rec.false_prefillable_report
         return rec
 
@@ -159,25 +169,41 @@ class Probe:
         tree = kit.new_tree_cache(alloc)
         kit.insert_prefix(tree, alloc, prefix)
         probe_adder = self._adder(alloc, tree, None)
-        req = kit.new_req("measure", prefix + list(range(10_000, 10_000 + PROMPT_TOKENS)), MAX_NEW_TOKENS, False)
+        req = kit.new_req(
+            "measure", prefix + list(range(10_000, 10_000 + PROMPT_TOKENS)), MAX_NEW_TOKENS, False
+        )
         kit.match_prefix(req, tree)
         lock = getattr(probe_adder, "_lock_node", None)
         if lock is None:
-            return CaseRecord("lock_recheck_reject", constructible=False,
-                              reason="PrefillAdder has no _lock_node: no lock to re-check under")
+            return CaseRecord(
+                "lock_recheck_reject",
+                constructible=False,
+                reason="PrefillAdder has no _lock_node: no lock to re-check under",
+            )
         unlocked = int(probe_adder.rem_total_tokens)
         with lock(req.last_node):
             locked = int(probe_adder.rem_total_tokens)
-        measured = {"need_tokens": need, "pool_tokens": pool, "cached_prefix_tokens": CACHED_PREFIX,
-                    "rem_total_unlocked": unlocked, "rem_total_locked": locked}
+        measured = {
+            "need_tokens": need,
+            "pool_tokens": pool,
+            "cached_prefix_tokens": CACHED_PREFIX,
+            "rem_total_unlocked": unlocked,
+            "rem_total_locked": locked,
+        }
         if not (locked <= need < unlocked):
-            return CaseRecord("lock_recheck_reject", constructible=False, detail=measured,
-                              reason=f"locking the matched prefix moved rem_total_tokens {unlocked} -> {locked}; "
-                                     f"cannot place a {need}-token request between them")
+            return CaseRecord(
+                "lock_recheck_reject",
+                constructible=False,
+                detail=measured,
+                reason=f"locking the matched prefix moved rem_total_tokens {unlocked} -> {locked}; "
+                f"cannot place a {need}-token request between them",
+            )
         rec = self._offer("lock_recheck_reject", pool, True, prefix=prefix)
         rec.detail.update(measured)
-        rec.detail["setup"] = (f"{CACHED_PREFIX}-token cached prefix + {PROMPT_TOKENS} new tokens; fits only "
-                               f"while the prefix is evictable ({locked} <= {need} < {unlocked}); verdict allow")
+        rec.detail["setup"] = (
+            f"{CACHED_PREFIX}-token cached prefix + {PROMPT_TOKENS} new tokens; fits only "
+            f"while the prefix is evictable ({locked} <= {need} < {unlocked}); verdict allow"
+        )
         rec.conforms_to_pr31835 = rec.result == "NO_TOKEN" and not rec.false_prefillable_report
         return rec
 
@@ -185,7 +211,9 @@ class Probe:
         kit = self.kit
         alloc = kit.new_allocator(AMPLE_POOL)
         tree = kit.new_tree_cache(alloc)
-        req = kit.new_req("chunked", list(range(10_000, 10_000 + 4 * CHUNK_TOKENS)), MAX_NEW_TOKENS, False)
+        req = kit.new_req(
+            "chunked", list(range(10_000, 10_000 + 4 * CHUNK_TOKENS)), MAX_NEW_TOKENS, False
+        )
         first = self._delayer(True)
         adder1 = self._adder(alloc, tree, first, chunk=CHUNK_TOKENS)
         res1 = kit.add_one_req(adder1, req).name
@@ -203,12 +231,16 @@ class Probe:
         rec.detail["computed_after_pass1"] = computed
         rec.detail["pass2_extend_from"] = kit.computed_tokens(req)
         rec.detail["pass2_extend_tokens"] = kit.extend_tokens(req) if rec.admitted else 0
-        rec.detail["setup"] = (f"{4 * CHUNK_TOKENS}-token prompt, chunk {CHUNK_TOKENS}; pass 1 ({res1}) admitted "
-                               f"the first chunk ({computed} tokens computed), pass 2 offers the request to "
-                               "add_chunked_req with verdict delay")
+        rec.detail["setup"] = (
+            f"{4 * CHUNK_TOKENS}-token prompt, chunk {CHUNK_TOKENS}; pass 1 ({res1}) admitted "
+            f"the first chunk ({computed} tokens computed), pass 2 offers the request to "
+            "add_chunked_req with verdict delay"
+        )
         rec.detail["pass1_negotiations"] = [dict(c) for c in first.calls]
         record_outcome(rec, delayer)
-        rec.conforms_to_pr31835 = bool(rec.admitted) and any(c["local_prefillable"] for c in delayer.calls)
+        rec.conforms_to_pr31835 = bool(rec.admitted) and any(
+            c["local_prefillable"] for c in delayer.calls
+        )
         return rec
 
     def delay_verdict_blocks(self) -> CaseRecord:
@@ -234,8 +266,12 @@ class Probe:
         batch = kit.new_running_batch()
         delayer = self._delayer(True)
         found = {
-            "allocator": alloc, "tree_cache": tree, "req": kit.new_req("x", [1], 1),
-            "adder": self._adder(alloc, tree, delayer), "running_batch": batch, "delayer": delayer,
+            "allocator": alloc,
+            "tree_cache": tree,
+            "req": kit.new_req("x", [1], 1),
+            "adder": self._adder(alloc, tree, delayer),
+            "running_batch": batch,
+            "delayer": delayer,
         }
         if kit.uses_prefill_budget:
             found["prefill_budget"] = found["adder"].memory_budget

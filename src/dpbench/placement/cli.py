@@ -21,11 +21,16 @@ DEFAULT_RELEASES = ["0.5.16", "0.5.17", "0.5.23"]
 def show(
     sglang: Annotated[
         list[str] | None,
-        typer.Option("--sglang", help="SGLang release(s) to probe, each in its own environment (repeatable)"),
+        typer.Option(
+            "--sglang", help="SGLang release(s) to probe, each in its own environment (repeatable)"
+        ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the run results as a JSON list")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the run results as a JSON list")
+    ] = False,
     save: Annotated[
-        Path | None, typer.Option(help="folder to save each run result in, as placement-<version>.json")
+        Path | None,
+        typer.Option(help="folder to save each run result in, as placement-<version>.json"),
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds allowed per release")] = 600,
 ) -> None:
@@ -41,14 +46,20 @@ def show(
     found: list[dict] = []
     failed = False
     for version in sglang or DEFAULT_RELEASES:
-        with err.status(f"SGLang {version}: preparing its environment and probing (first import ~10 s)"):
+        with err.status(
+            f"SGLang {version}: preparing its environment and probing (first import ~10 s)"
+        ):
             proc = run_in_env(version, "dpbench.placement.probe", ["--json"], timeout=timeout)
         if proc.returncode == EXIT_UNSUPPORTED:
-            err.print(f"[yellow]SGLang {version}: skipped[/]: {proc.stderr.strip().splitlines()[-1]}")
+            err.print(
+                f"[yellow]SGLang {version}: skipped[/]: {proc.stderr.strip().splitlines()[-1]}"
+            )
             continue
         if proc.returncode != 0:
             failed = True
-            err.print(f"[red]SGLang {version}: probe failed (exit {proc.returncode})[/]\n{proc.stderr[-3000:]}")
+            err.print(
+                f"[red]SGLang {version}: probe failed (exit {proc.returncode})[/]\n{proc.stderr[-3000:]}"
+            )
             continue
         result = json.loads(proc.stdout)
         found.append(result)
@@ -68,15 +79,19 @@ def show(
 
 @app.command()
 def static(
-    path: Annotated[Path, typer.Argument(help="a schedule_policy.py, e.g. from a local SGLang clone")],
+    path: Annotated[
+        Path, typer.Argument(help="a schedule_policy.py, e.g. from a local SGLang clone")
+    ],
 ) -> None:
     """Read one schedule_policy.py (no SGLang install needed) and print the negotiation's placement."""
     from dpbench.placement.static import analyse_file
 
     found = analyse_file(path)
     out = Console()
-    out.print(f"[bold]{found.label}[/]  KV-budget exits before negotiation: {found.kv_exits_before_negotiation}"
-              f"  add_chunked_req negotiates: {found.chunked_negotiates}")
+    out.print(
+        f"[bold]{found.label}[/]  KV-budget exits before negotiation: {found.kv_exits_before_negotiation}"
+        f"  add_chunked_req negotiates: {found.chunked_negotiates}"
+    )
     if found.reason:
         out.print(found.reason)
     for e in found.events:

@@ -48,7 +48,9 @@ def behavioural_label(run: behavioural.BehaviouralPlacement) -> str:
     """The placement the five cases imply: early / post-kv / absent / unknown."""
     by = {c.case: c for c in run.cases}
     gated = [by[n] for n in ("kv_budget_reject", "lock_recheck_reject") if by[n].constructible]
-    verdicts = [by[n] for n in ("delay_verdict_blocks", "allow_verdict_admits") if by[n].constructible]
+    verdicts = [
+        by[n] for n in ("delay_verdict_blocks", "allow_verdict_admits") if by[n].constructible
+    ]
     if not verdicts or not gated:
         return "unknown"
     if not any(c.negotiations for c in verdicts):
@@ -90,17 +92,25 @@ def build_result(*, static_only: bool = False) -> dict[str, Any]:
             notes.append(f"label from the behavioural probe ({beh}); the static reading gave none")
         elif beh != found.label:
             notes.append(f"static ({found.label}) and behavioural ({beh}) placement disagree")
-        metrics["false_prefillable_reports"] = results.Metric(float(run.false_prefillable_reports), "reports", "lower")
+        metrics["false_prefillable_reports"] = results.Metric(
+            float(run.false_prefillable_reports), "reports", "lower"
+        )
         if run.chunked_negotiates is not None:
-            metrics["chunked_negotiates"] = results.Metric(float(run.chunked_negotiates), "bool", "none")
-        metrics["pr31835_conforming_cases"] = results.Metric(float(run.conforming), "cases", "higher")
+            metrics["chunked_negotiates"] = results.Metric(
+                float(run.chunked_negotiates), "bool", "none"
+            )
+        metrics["pr31835_conforming_cases"] = results.Metric(
+            float(run.conforming), "cases", "higher"
+        )
         for name in run.not_constructible:
             case = next(c for c in run.cases if c.case == name)
             notes.append(f"case {name} not constructible on this release: {case.reason}")
         extra["cases"] = [c.as_dict() for c in run.cases]
         extra["objects"] = run.objects
 
-    metrics["placement_code"] = results.Metric(float(PLACEMENT_CODES[placement["label"]]), "code", "none")
+    metrics["placement_code"] = results.Metric(
+        float(PLACEMENT_CODES[placement["label"]]), "code", "none"
+    )
     return results.make_run_result(
         tier="placement",
         sglang=info,
@@ -136,10 +146,16 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dpbench.placement.probe", description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print the run result as JSON on stdout")
+    parser = argparse.ArgumentParser(
+        prog="python -m dpbench.placement.probe", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the run result as JSON on stdout"
+    )
     parser.add_argument("--out", help="also save the run result (atomically) to this path")
-    parser.add_argument("--static-only", action="store_true", help="only read schedule_policy.py (no import)")
+    parser.add_argument(
+        "--static-only", action="store_true", help="only read schedule_policy.py (no import)"
+    )
     args = parser.parse_args(argv)
 
     from dpbench.sglang_compat.detect import UnsupportedSGLang

@@ -59,8 +59,10 @@ class StaticPlacement:
 
 
 def _is_no_token(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "NO_TOKEN" and (
-        isinstance(node.value, ast.Name) and node.value.id == "AddReqResult"
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "NO_TOKEN"
+        and (isinstance(node.value, ast.Name) and node.value.id == "AddReqResult")
     )
 
 
@@ -77,7 +79,11 @@ def _self_call(node: ast.AST) -> str | None:
 
 
 def _is_negotiation(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == NEGOTIATE
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == NEGOTIATE
+    )
 
 
 def _walk_no_defs(node: ast.AST):
@@ -96,7 +102,9 @@ class _Methods:
     """Per-method facts about a class: which can return NO_TOKEN, which negotiate (transitively)."""
 
     def __init__(self, cls: ast.ClassDef):
-        self.defs = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.defs = {
+            n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         self._memo: dict[tuple[str, str], bool] = {}
 
     def _has(self, name: str, what: str, seen: frozenset[str] = frozenset()) -> bool:
@@ -175,11 +183,19 @@ def _events(body: list[ast.stmt], methods: _Methods, req: str) -> list[Event]:
                 pos = (getattr(node, "lineno", stmt.lineno), getattr(node, "col_offset", 0))
                 if _is_negotiation(node):
                     found.append((*pos, Event("negotiation", pos[0], NEGOTIATE)))
-                elif (callee := _self_call(node)) is not None and callee in methods.defs and _passes(node, req):
+                elif (
+                    (callee := _self_call(node)) is not None
+                    and callee in methods.defs
+                    and _passes(node, req)
+                ):
                     if methods.negotiates(callee):
-                        found.append((*pos, Event("delegation", pos[0], f"self.{callee}({req}, ...)")))
+                        found.append(
+                            (*pos, Event("delegation", pos[0], f"self.{callee}({req}, ...)"))
+                        )
                     elif methods.can_return_no_token(callee):
-                        found.append((*pos, Event("admission", pos[0], f"self.{callee}({req}, ...)")))
+                        found.append(
+                            (*pos, Event("admission", pos[0], f"self.{callee}({req}, ...)"))
+                        )
         found.sort(key=lambda t: (t[0], t[1]))
         out.extend(e for _, _, e in found)
         # The return itself happens after its value is evaluated.
@@ -195,18 +211,32 @@ def analyse_source(source: str, *, origin: str = "<source>") -> StaticPlacement:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return StaticPlacement("unknown", None, None, None, None, reason=f"does not parse: {exc}", source=origin)
-    cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == ADDER_CLASS), None)
+        return StaticPlacement(
+            "unknown", None, None, None, None, reason=f"does not parse: {exc}", source=origin
+        )
+    cls = next(
+        (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == ADDER_CLASS), None
+    )
     if cls is None:
-        return StaticPlacement("unknown", None, None, None, None, reason=f"no class {ADDER_CLASS}", source=origin)
+        return StaticPlacement(
+            "unknown", None, None, None, None, reason=f"no class {ADDER_CLASS}", source=origin
+        )
     methods = _Methods(cls)
     fn = methods.defs.get("add_one_req")
     if fn is None:
         return StaticPlacement(
-            "unknown", None, None, None, None, reason=f"{ADDER_CLASS} has no add_one_req", source=origin
+            "unknown",
+            None,
+            None,
+            None,
+            None,
+            reason=f"{ADDER_CLASS} has no add_one_req",
+            source=origin,
         )
     chunked = methods.defs.get("add_chunked_req")
-    chunked_negotiates = None if chunked is None else any(_is_negotiation(n) for n in _walk_no_defs(chunked))
+    chunked_negotiates = (
+        None if chunked is None else any(_is_negotiation(n) for n in _walk_no_defs(chunked))
+    )
 
     params = [a.arg for a in fn.args.args if a.arg != "self"]
     req = params[0] if params else "req"
@@ -215,12 +245,20 @@ def analyse_source(source: str, *, origin: str = "<source>") -> StaticPlacement:
     exits = [e.kind in ("kv-exit", "admission") for e in events]
     if first is None:
         return StaticPlacement(
-            "absent", None, sum(exits), None, chunked_negotiates, events,
-            reason="add_one_req never calls negotiate_should_allow_prefill", source=origin,
+            "absent",
+            None,
+            sum(exits),
+            None,
+            chunked_negotiates,
+            events,
+            reason="add_one_req never calls negotiate_should_allow_prefill",
+            source=origin,
         )
-    before, after = sum(exits[:first]), sum(exits[first + 1:])
+    before, after = sum(exits[:first]), sum(exits[first + 1 :])
     label: Label = "post-kv" if before else "early"
-    return StaticPlacement(label, before, after, events[first].line, chunked_negotiates, events, source=origin)
+    return StaticPlacement(
+        label, before, after, events[first].line, chunked_negotiates, events, source=origin
+    )
 
 
 def analyse_file(path: str | Path) -> StaticPlacement:
@@ -228,7 +266,9 @@ def analyse_file(path: str | Path) -> StaticPlacement:
     try:
         text = p.read_text()
     except OSError as exc:
-        return StaticPlacement("unknown", None, None, None, None, reason=f"cannot read {p}: {exc}", source=str(p))
+        return StaticPlacement(
+            "unknown", None, None, None, None, reason=f"cannot read {p}: {exc}", source=str(p)
+        )
     return analyse_source(text, origin=str(p))
 
 

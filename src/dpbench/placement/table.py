@@ -17,8 +17,17 @@ def _metric(result: dict[str, Any], name: str) -> str:
 def summary(results: Sequence[dict[str, Any]]) -> Table:
     """One row per release: labels and the tier's metrics."""
     table = Table(title="PrefillDelayer negotiation placement (tier: placement)")
-    for col in ("SGLang", "generation", "label", "static", "behavioural", "KV exits before",
-                "false prefillable", "chunked negotiates", "PR #31835 cases"):
+    for col in (
+        "SGLang",
+        "generation",
+        "label",
+        "static",
+        "behavioural",
+        "KV exits before",
+        "false prefillable",
+        "chunked negotiates",
+        "PR #31835 cases",
+    ):
         table.add_column(col)
     for r in results:
         p = r.get("placement") or {}
@@ -31,7 +40,9 @@ def summary(results: Sequence[dict[str, Any]]) -> Table:
             _metric(r, "kv_exits_before_negotiation"),
             _metric(r, "false_prefillable_reports"),
             _metric(r, "chunked_negotiates"),
-            _metric(r, "pr31835_conforming_cases") + "/5" if "pr31835_conforming_cases" in r["metrics"] else "—",
+            _metric(r, "pr31835_conforming_cases") + "/5"
+            if "pr31835_conforming_cases" in r["metrics"]
+            else "—",
         )
     return table
 
@@ -39,13 +50,24 @@ def summary(results: Sequence[dict[str, Any]]) -> Table:
 def cases(result: dict[str, Any]) -> Table:
     """One row per behavioural case: verdict given, what SGLang told the delayer, the outcome."""
     table = Table(title=f"SGLang {result['sglang'].get('version')}: what the delayer was told")
-    for col in ("case", "verdict", "told (local_prefillable)", "result", "admitted", "false report", "as PR"):
+    for col in (
+        "case",
+        "verdict",
+        "told (local_prefillable)",
+        "result",
+        "admitted",
+        "false report",
+        "as PR",
+    ):
         table.add_column(col)
     for c in result.get("extra", {}).get("cases", []):
         if not c["constructible"]:
             table.add_row(c["case"], "", f"not constructible: {c['reason']}", "", "", "", "")
             continue
-        told = ", ".join(str(n["local_prefillable"]) for n in c["negotiations"]) or "nothing (finalize: False)"
+        told = (
+            ", ".join(str(n["local_prefillable"]) for n in c["negotiations"])
+            or "nothing (finalize: False)"
+        )
         table.add_row(
             c["case"],
             {True: "allow", False: "delay", None: ""}[c["verdict"]],

@@ -17,51 +17,114 @@ from dpbench.server.launcher import ServerProcess
 from dpbench.server.run import RunOptions, execute, prepare
 from dpbench.server.stats import Slo
 
-app = typer.Typer(help="Server tier: a real sglang.launch_server in DP-attention mode, driven by a workload trace.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Server tier: a real sglang.launch_server in DP-attention mode, driven by a workload trace.",
+    no_args_is_help=True,
+)
 
-_SHOWN = ("request_throughput_per_s", "output_tokens_per_s", "goodput_requests_per_s", "ttft_ms_p50", "ttft_ms_p99",
-          "itl_ms_p50", "itl_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "errors_total", "client_loop_lag_ms_p99",
-          "delayer_outcomes_total", "delayer_delay_fraction", "kv_token_usage_fraction_max", "server_startup_s")
+_SHOWN = (
+    "request_throughput_per_s",
+    "output_tokens_per_s",
+    "goodput_requests_per_s",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "tpot_ms_p99",
+    "e2e_ms_p99",
+    "errors_total",
+    "client_loop_lag_ms_p99",
+    "delayer_outcomes_total",
+    "delayer_delay_fraction",
+    "kv_token_usage_fraction_max",
+    "server_startup_s",
+)
 
 
-def _options(spec: str, tp: int, dp: int | None, model: str | None, delayer: bool, python: str | None,
-             port: int | None, max_requests: int | None, ttft_slo_ms: float, tpot_slo_ms: float,
-             nnodes: int, node_rank: int, dist_init_addr: str | None, extra: list[str] | None,
-             startup_deadline_s: float, attention_backend: str | None, chunked_prefill_size: int | None) -> RunOptions:
+def _options(
+    spec: str,
+    tp: int,
+    dp: int | None,
+    model: str | None,
+    delayer: bool,
+    python: str | None,
+    port: int | None,
+    max_requests: int | None,
+    ttft_slo_ms: float,
+    tpot_slo_ms: float,
+    nnodes: int,
+    node_rank: int,
+    dist_init_addr: str | None,
+    extra: list[str] | None,
+    startup_deadline_s: float,
+    attention_backend: str | None,
+    chunked_prefill_size: int | None,
+) -> RunOptions:
     return RunOptions(
-        spec=spec, tp_size=tp, dp_size=dp, model_path=model, delayer=delayer, python=python or sys.executable,
-        port=port, max_requests=max_requests, slo=Slo(ttft_ms=ttft_slo_ms, tpot_ms=tpot_slo_ms),
-        nnodes=nnodes, node_rank=node_rank, dist_init_addr=dist_init_addr, extra_args=tuple(extra or ()),
-        startup_deadline_s=startup_deadline_s, attention_backend=attention_backend,
+        spec=spec,
+        tp_size=tp,
+        dp_size=dp,
+        model_path=model,
+        delayer=delayer,
+        python=python or sys.executable,
+        port=port,
+        max_requests=max_requests,
+        slo=Slo(ttft_ms=ttft_slo_ms, tpot_ms=tpot_slo_ms),
+        nnodes=nnodes,
+        node_rank=node_rank,
+        dist_init_addr=dist_init_addr,
+        extra_args=tuple(extra or ()),
+        startup_deadline_s=startup_deadline_s,
+        attention_backend=attention_backend,
         chunked_prefill_size=chunked_prefill_size,
     )
 
 
 Tp = Annotated[int, typer.Option("--tp", help="tensor-parallel size (GPUs, all nodes)")]
-Dp = Annotated[int | None, typer.Option("--dp", help="attention-DP size (default: the spec's dp_size)")]
-Model = Annotated[str | None, typer.Option("--model", help="checkpoint dir; default: spec's config with dummy weights")]
-Delayer = Annotated[bool, typer.Option("--delayer/--no-delayer", help="enable SGLang's PrefillDelayer")]
-Python = Annotated[str | None, typer.Option("--python", help="interpreter with SGLang installed (default: this one)")]
-Extra = Annotated[list[str] | None, typer.Option("--sglang-arg", help="extra launch_server flag (repeatable), checked")]
+Dp = Annotated[
+    int | None, typer.Option("--dp", help="attention-DP size (default: the spec's dp_size)")
+]
+Model = Annotated[
+    str | None,
+    typer.Option("--model", help="checkpoint dir; default: spec's config with dummy weights"),
+]
+Delayer = Annotated[
+    bool, typer.Option("--delayer/--no-delayer", help="enable SGLang's PrefillDelayer")
+]
+Python = Annotated[
+    str | None,
+    typer.Option("--python", help="interpreter with SGLang installed (default: this one)"),
+]
+Extra = Annotated[
+    list[str] | None,
+    typer.Option("--sglang-arg", help="extra launch_server flag (repeatable), checked"),
+]
 
 
 @app.command()
 def run(
-    spec: Annotated[str, typer.Argument(help="workload name (e.g. long-prompt-burst) or spec path")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="run-result JSON to write")] = Path("run.json"),
+    spec: Annotated[
+        str, typer.Argument(help="workload name (e.g. long-prompt-burst) or spec path")
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="run-result JSON to write")] = Path(
+        "run.json"
+    ),
     tp: Tp = 8,
     dp: Dp = None,
     model: Model = None,
     delayer: Delayer = True,
     python: Python = None,
     port: Annotated[int | None, typer.Option(help="server port (default: a free one)")] = None,
-    max_requests: Annotated[int | None, typer.Option(help="replay only the first N requests")] = None,
+    max_requests: Annotated[
+        int | None, typer.Option(help="replay only the first N requests")
+    ] = None,
     ttft_slo_ms: Annotated[float, typer.Option(help="goodput TTFT SLO")] = 2000.0,
     tpot_slo_ms: Annotated[float, typer.Option(help="goodput TPOT SLO")] = 100.0,
     nnodes: int = 1,
     node_rank: int = 0,
-    dist_init_addr: Annotated[str | None, typer.Option(help="node-0 host:port for multi-node")] = None,
+    dist_init_addr: Annotated[
+        str | None, typer.Option(help="node-0 host:port for multi-node")
+    ] = None,
     sglang_arg: Extra = None,
     startup_deadline_s: float = 1200.0,
     attention_backend: str | None = None,
@@ -69,9 +132,25 @@ def run(
     dry_run: Annotated[bool, typer.Option(help="print the launch command and exit")] = False,
 ) -> None:
     """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result."""
-    opts = _options(spec, tp, dp, model, delayer, python, port, max_requests, ttft_slo_ms, tpot_slo_ms, nnodes,
-                    node_rank, dist_init_addr, sglang_arg, startup_deadline_s, attention_backend,
-                    chunked_prefill_size)
+    opts = _options(
+        spec,
+        tp,
+        dp,
+        model,
+        delayer,
+        python,
+        port,
+        max_requests,
+        ttft_slo_ms,
+        tpot_slo_ms,
+        nnodes,
+        node_rank,
+        dist_init_addr,
+        sglang_arg,
+        startup_deadline_s,
+        attention_backend,
+        chunked_prefill_size,
+    )
     prep = prepare(opts)
     con = console()
     con.print(f"[bold]launch:[/bold] {' '.join(prep.command)}")
@@ -94,8 +173,10 @@ def run(
 
         result = execute(prep, on_done=on_done)
     results.save(output, result)
-    table = Table(title=f"{prep.spec.name}: tp={opts.tp_size} dp={prep.config.dp_size} "
-                        f"delayer={'on' if opts.delayer else 'off'} (SGLang {result['sglang'].get('version')})")
+    table = Table(
+        title=f"{prep.spec.name}: tp={opts.tp_size} dp={prep.config.dp_size} "
+        f"delayer={'on' if opts.delayer else 'off'} (SGLang {result['sglang'].get('version')})"
+    )
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("unit")
@@ -121,15 +202,36 @@ def launch(
     dist_init_addr: str | None = None,
     sglang_arg: Extra = None,
     startup_deadline_s: float = 1200.0,
-    log: Annotated[Path, typer.Option(help="server log file")] = Path("results/server-logs/manual.log"),
+    log: Annotated[Path, typer.Option(help="server log file")] = Path(
+        "results/server-logs/manual.log"
+    ),
 ) -> None:
     """Start a server configured like `run` would, wait until ready, keep it up until Ctrl-C."""
-    opts = _options(spec, tp, dp, model, delayer, python, port, None, 2000.0, 100.0, nnodes, node_rank,
-                    dist_init_addr, sglang_arg, startup_deadline_s, None, None)
+    opts = _options(
+        spec,
+        tp,
+        dp,
+        model,
+        delayer,
+        python,
+        port,
+        None,
+        2000.0,
+        100.0,
+        nnodes,
+        node_rank,
+        dist_init_addr,
+        sglang_arg,
+        startup_deadline_s,
+        None,
+        None,
+    )
     prep = prepare(opts)
     con = console()
     con.print(f"[bold]launch:[/bold] {' '.join(prep.command)}\nlog: {log}")
-    with ServerProcess(prep.command, base_url=f"http://127.0.0.1:{prep.config.port}", log_path=log) as server:
+    with ServerProcess(
+        prep.command, base_url=f"http://127.0.0.1:{prep.config.port}", log_path=log
+    ) as server:
         if node_rank == 0:
             took = server.wait_ready(deadline_s=startup_deadline_s)
             con.print(f"ready in {took:.0f} s at {server.base_url} (Ctrl-C stops it)")
@@ -143,14 +245,20 @@ def launch(
 
 @app.command("client-bench")
 def client_bench(
-    sglang_python: Annotated[str | None, typer.Option(help="interpreter whose SGLang provides bench_serving")] = None,
+    sglang_python: Annotated[
+        str | None, typer.Option(help="interpreter whose SGLang provides bench_serving")
+    ] = None,
     requests: int = 3000,
     concurrency: int = 1000,
     output_len: int = 16,
     first_token_delay_ms: float = 250.0,
     itl_ms: float = 50.0,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the comparison JSON here")] = None,
-    extra_pythonpath: Annotated[str | None, typer.Option(help="PYTHONPATH for bench_serving's interpreter")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="write the comparison JSON here")
+    ] = None,
+    extra_pythonpath: Annotated[
+        str | None, typer.Option(help="PYTHONPATH for bench_serving's interpreter")
+    ] = None,
     repeats: Annotated[int, typer.Option(help="rounds, alternating which client goes first")] = 1,
 ) -> None:
     """This client vs SGLang's bench_serving against the protocol test double (CPU only)."""
@@ -159,14 +267,28 @@ def client_bench(
     from dpbench.atomic import write_json
     from dpbench.server.client_bench import ComparisonConfig, compare
 
-    cfg = ComparisonConfig(num_requests=requests, concurrency=concurrency, output_len=output_len,
-                           first_token_delay_s=first_token_delay_ms / 1e3, itl_s=itl_ms / 1e3)
+    cfg = ComparisonConfig(
+        num_requests=requests,
+        concurrency=concurrency,
+        output_len=output_len,
+        first_token_delay_s=first_token_delay_ms / 1e3,
+        itl_s=itl_ms / 1e3,
+    )
     env = {"PYTHONPATH": extra_pythonpath} if extra_pythonpath else None
     res = compare(cfg, sglang_python=sglang_python, extra_env=env, repeats=repeats)
-    table = Table(title=f"{concurrency} concurrent streams, {requests} requests, first token {first_token_delay_ms:g} ms, "
-                        f"ITL {itl_ms:g} ms (ideal {res['ideal_request_rate_per_s']:.1f} req/s)")
-    cols = ("request_rate_per_s", "ttft_error_ms_mean", "ttft_error_ms_p50", "ttft_error_ms_p99",
-            "double_first_token_lateness_ms_mean", "completed", "errors")
+    table = Table(
+        title=f"{concurrency} concurrent streams, {requests} requests, first token {first_token_delay_ms:g} ms, "
+        f"ITL {itl_ms:g} ms (ideal {res['ideal_request_rate_per_s']:.1f} req/s)"
+    )
+    cols = (
+        "request_rate_per_s",
+        "ttft_error_ms_mean",
+        "ttft_error_ms_p50",
+        "ttft_error_ms_p99",
+        "double_first_token_lateness_ms_mean",
+        "completed",
+        "errors",
+    )
     table.add_column("client")
     table.add_column("round", justify="right")
     for c in cols:

@@ -33,8 +33,20 @@ except ImportError:  # pragma: no cover - depends on the environment
     def _dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
-ErrorKind = Literal["http", "connect", "disconnect", "truncated", "timeout", "server_error", "malformed", "client"]
-ERROR_KINDS: tuple[str, ...] = ("http", "connect", "disconnect", "truncated", "timeout", "server_error", "malformed", "client")
+
+ErrorKind = Literal[
+    "http", "connect", "disconnect", "truncated", "timeout", "server_error", "malformed", "client"
+]
+ERROR_KINDS: tuple[str, ...] = (
+    "http",
+    "connect",
+    "disconnect",
+    "truncated",
+    "timeout",
+    "server_error",
+    "malformed",
+    "client",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +242,9 @@ async def sglang_generate(
     return out
 
 
-def make_session(*, max_connections: int = 0, read_timeout_s: float | None = 600.0) -> aiohttp.ClientSession:
+def make_session(
+    *, max_connections: int = 0, read_timeout_s: float | None = 600.0
+) -> aiohttp.ClientSession:
     """The one ClientSession a run shares: unbounded pool (the driver bounds concurrency), big read buffer."""
     connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=None, connect=30.0, sock_read=read_timeout_s)

@@ -64,8 +64,19 @@ tok.save(str(out / "tokenizer.json"))
 
 def _double(cfg: ComparisonConfig, python: str, log: Path) -> ServerProcess:
     port = free_port()
-    cmd = [python, "-m", "dpbench.server.protocol_double", "--port", str(port),
-           "--first-token-delay-s", str(cfg.first_token_delay_s), "--itl-s", str(cfg.itl_s), "--emit-text", "true"]
+    cmd = [
+        python,
+        "-m",
+        "dpbench.server.protocol_double",
+        "--port",
+        str(port),
+        "--first-token-delay-s",
+        str(cfg.first_token_delay_s),
+        "--itl-s",
+        str(cfg.itl_s),
+        "--emit-text",
+        "true",
+    ]
     return ServerProcess(cmd, base_url=f"http://127.0.0.1:{port}", log_path=log, grace_s=5.0)
 
 
@@ -73,23 +84,32 @@ def _double_lateness(base_url: str, cfg: ComparisonConfig) -> dict[str, float]:
     with urllib.request.urlopen(f"{base_url}/double/stats", timeout=30) as resp:
         stats = json.load(resp)
     late = (np.asarray(stats["first_token_actual_s"]) - cfg.first_token_delay_s) * 1e3
-    return {"double_first_token_lateness_ms_mean": float(late.mean()),
-            "double_first_token_lateness_ms_p99": float(np.percentile(late, 99))}
+    return {
+        "double_first_token_lateness_ms_mean": float(late.mean()),
+        "double_first_token_lateness_ms_p99": float(np.percentile(late, 99)),
+    }
 
 
 def _ttft_error(ttfts_s: list[float], cfg: ComparisonConfig) -> dict[str, float]:
     err = (np.asarray(ttfts_s, dtype=np.float64) - cfg.first_token_delay_s) * 1e3
-    return {"ttft_error_ms_mean": float(err.mean()), "ttft_error_ms_p50": float(np.percentile(err, 50)),
-            "ttft_error_ms_p99": float(np.percentile(err, 99))}
+    return {
+        "ttft_error_ms_mean": float(err.mean()),
+        "ttft_error_ms_p50": float(np.percentile(err, 50)),
+        "ttft_error_ms_p99": float(np.percentile(err, 99)),
+    }
 
 
 def measure_dpbench(cfg: ComparisonConfig, *, double_python: str, workdir: Path) -> dict[str, Any]:
     """This client (closed loop at ``concurrency``), in this process."""
-    reqs = [GenerateRequest(f"r{i}", [(i + j) % 1000 + 3 for j in range(cfg.input_len)], cfg.output_len)
-            for i in range(cfg.num_requests)]
+    reqs = [
+        GenerateRequest(f"r{i}", [(i + j) % 1000 + 3 for j in range(cfg.input_len)], cfg.output_len)
+        for i in range(cfg.num_requests)
+    ]
     with _double(cfg, double_python, workdir / "double-dpbench.log") as d:
         d.wait_ready(deadline_s=60, poll_s=0.2)
-        run_load(drive(reqs[:1], Schedule.closed_loop(1), base_url=d.base_url))  # warm-up, like bench_serving
+        run_load(
+            drive(reqs[:1], Schedule.closed_loop(1), base_url=d.base_url)
+        )  # warm-up, like bench_serving
         res = run_load(drive(reqs, Schedule.closed_loop(cfg.concurrency), base_url=d.base_url))
         lateness = _double_lateness(d.base_url, cfg)
     m = summarize(res)
@@ -107,27 +127,68 @@ def measure_dpbench(cfg: ComparisonConfig, *, double_python: str, workdir: Path)
 
 
 def measure_bench_serving(
-    cfg: ComparisonConfig, *, sglang_python: str, double_python: str, workdir: Path,
+    cfg: ComparisonConfig,
+    *,
+    sglang_python: str,
+    double_python: str,
+    workdir: Path,
     extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """SGLang's ``bench_serving`` (``--backend sglang``) from ``sglang_python``'s install."""
     from dpbench.sglang_compat.server import bench_serving_module
 
     tok = workdir / "tokenizer"
-    subprocess.run([sglang_python, "-c", _TOKENIZER_SNIPPET, str(tok)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sglang_python, "-c", _TOKENIZER_SNIPPET, str(tok)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     out = workdir / "bench_serving.jsonl"
     module = bench_serving_module(sglang_python)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(extra_env or {})}
     env.pop("VIRTUAL_ENV", None)
     with _double(cfg, double_python, workdir / "double-bench_serving.log") as d:
         d.wait_ready(deadline_s=60, poll_s=0.2)
-        cmd = [sglang_python, "-m", module, "--backend", "sglang", "--base-url", d.base_url,
-               "--dataset-name", "random-ids", "--tokenize-prompt", "--tokenizer", str(tok), "--model", str(tok),
-               "--num-prompts", str(cfg.num_requests), "--random-input-len", str(cfg.input_len),
-               "--random-output-len", str(cfg.output_len), "--random-range-ratio", "1.0",
-               "--max-concurrency", str(cfg.concurrency), "--request-rate", "inf", "--warmup-requests", "1",
-               "--ready-check-timeout-sec", "0", "--disable-tqdm", "--output-file", str(out), "--output-details"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir, timeout=1800)
+        cmd = [
+            sglang_python,
+            "-m",
+            module,
+            "--backend",
+            "sglang",
+            "--base-url",
+            d.base_url,
+            "--dataset-name",
+            "random-ids",
+            "--tokenize-prompt",
+            "--tokenizer",
+            str(tok),
+            "--model",
+            str(tok),
+            "--num-prompts",
+            str(cfg.num_requests),
+            "--random-input-len",
+            str(cfg.input_len),
+            "--random-output-len",
+            str(cfg.output_len),
+            "--random-range-ratio",
+            "1.0",
+            "--max-concurrency",
+            str(cfg.concurrency),
+            "--request-rate",
+            "inf",
+            "--warmup-requests",
+            "1",
+            "--ready-check-timeout-sec",
+            "0",
+            "--disable-tqdm",
+            "--output-file",
+            str(out),
+            "--output-details",
+        ]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, cwd=workdir, timeout=1800
+        )
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(
                 f"bench_serving failed ({proc.returncode}); a ModuleNotFoundError below names a package the "
@@ -148,8 +209,12 @@ def measure_bench_serving(
 
 
 def compare(
-    cfg: ComparisonConfig, *, sglang_python: str | None, double_python: str | None = None,
-    extra_env: dict[str, str] | None = None, repeats: int = 1,
+    cfg: ComparisonConfig,
+    *,
+    sglang_python: str | None,
+    double_python: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Both clients, each against a fresh double, ``repeats`` rounds alternating which goes first."""
     # Absolute, not resolved: a venv's python is a symlink that must stay inside its venv.
@@ -164,10 +229,19 @@ def compare(
                 if who == "dpbench":
                     row = measure_dpbench(cfg, double_python=double_python, workdir=work)
                 elif sglang_python is not None:
-                    row = measure_bench_serving(cfg, sglang_python=sglang_python, double_python=double_python,
-                                                workdir=work, extra_env=extra_env)
+                    row = measure_bench_serving(
+                        cfg,
+                        sglang_python=sglang_python,
+                        double_python=double_python,
+                        workdir=work,
+                        extra_env=extra_env,
+                    )
                 else:
                     continue
                 rows.append({**row, "round": r, "loadavg_1m": os.getloadavg()[0]})
-    return {"config": asdict(cfg), "ideal_request_rate_per_s": cfg.ideal_request_rate_per_s,
-            "cpus": os.cpu_count(), "clients": rows}
+    return {
+        "config": asdict(cfg),
+        "ideal_request_rate_per_s": cfg.ideal_request_rate_per_s,
+        "cpus": os.cpu_count(),
+        "clients": rows,
+    }

@@ -24,38 +24,66 @@ class DelayerConfig:
     """PrefillDelayer on/off and its parameters; None leaves SGLang's default."""
 
     enabled: bool = field(metadata={"help": "pass --enable-prefill-delayer"})
-    max_delay_passes: int | None = field(default=None, metadata={"help": "--prefill-delayer-max-delay-passes"})
+    max_delay_passes: int | None = field(
+        default=None, metadata={"help": "--prefill-delayer-max-delay-passes"}
+    )
     token_usage_low_watermark: float | None = field(
         default=None, metadata={"help": "--prefill-delayer-token-usage-low-watermark"}
     )
-    queue_min_ratio: float | None = field(default=None, metadata={"help": "--prefill-delayer-queue-min-ratio"})
-    max_delay_ms: float | None = field(default=None, metadata={"help": "--prefill-delayer-max-delay-ms"})
+    queue_min_ratio: float | None = field(
+        default=None, metadata={"help": "--prefill-delayer-queue-min-ratio"}
+    )
+    max_delay_ms: float | None = field(
+        default=None, metadata={"help": "--prefill-delayer-max-delay-ms"}
+    )
 
     def __post_init__(self) -> None:
         if self.max_delay_passes is not None and self.max_delay_passes < 1:
-            raise ServerConfigError(f"delayer max_delay_passes must be ≥ 1, got {self.max_delay_passes}")
-        if self.token_usage_low_watermark is not None and not 0 <= self.token_usage_low_watermark <= 1:
+            raise ServerConfigError(
+                f"delayer max_delay_passes must be ≥ 1, got {self.max_delay_passes}"
+            )
+        if (
+            self.token_usage_low_watermark is not None
+            and not 0 <= self.token_usage_low_watermark <= 1
+        ):
             raise ServerConfigError(
                 f"delayer token_usage_low_watermark must be in [0, 1], got {self.token_usage_low_watermark}"
             )
         if not self.enabled and any(
             v is not None
-            for v in (self.max_delay_passes, self.token_usage_low_watermark, self.queue_min_ratio, self.max_delay_ms)
+            for v in (
+                self.max_delay_passes,
+                self.token_usage_low_watermark,
+                self.queue_min_ratio,
+                self.max_delay_ms,
+            )
         ):
-            raise ServerConfigError("delayer parameters were given with the delayer off; enable it or drop them")
+            raise ServerConfigError(
+                "delayer parameters were given with the delayer off; enable it or drop them"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """What server to start, independent of the SGLang version that will run it."""
 
-    model_path: str = field(metadata={"help": "checkpoint dir, or a config-only dir with load_format='dummy'"})
+    model_path: str = field(
+        metadata={"help": "checkpoint dir, or a config-only dir with load_format='dummy'"}
+    )
     load_format: str | None = field(default=None, metadata={"help": "'dummy' for random weights"})
-    tp_size: int = field(default=1, metadata={"help": "tensor-parallel size (GPUs per server, all nodes)"})
-    dp_size: int = field(default=1, metadata={"help": "attention-DP groups; >1 enables DP attention"})
+    tp_size: int = field(
+        default=1, metadata={"help": "tensor-parallel size (GPUs per server, all nodes)"}
+    )
+    dp_size: int = field(
+        default=1, metadata={"help": "attention-DP groups; >1 enables DP attention"}
+    )
     delayer: DelayerConfig = field(default_factory=lambda: DelayerConfig(enabled=False))
-    max_total_tokens: int | None = field(default=None, metadata={"help": "KV pool tokens (per DP rank)"})
-    kv_cache_dtype: str | None = field(default=None, metadata={"help": "--kv-cache-dtype (the KV plan's dtype)"})
+    max_total_tokens: int | None = field(
+        default=None, metadata={"help": "KV pool tokens (per DP rank)"}
+    )
+    kv_cache_dtype: str | None = field(
+        default=None, metadata={"help": "--kv-cache-dtype (the KV plan's dtype)"}
+    )
     mem_fraction_static: float | None = None
     chunked_prefill_size: int | None = None
     max_running_requests: int | None = None
@@ -67,8 +95,12 @@ class ServerConfig:
     port: int = 30000
     nnodes: int = 1
     node_rank: int = 0
-    dist_init_addr: str | None = field(default=None, metadata={"help": "host:port of node 0 (multi-node)"})
-    extra_args: tuple[str, ...] = field(default=(), metadata={"help": "more launch_server flags, checked too"})
+    dist_init_addr: str | None = field(
+        default=None, metadata={"help": "host:port of node 0 (multi-node)"}
+    )
+    extra_args: tuple[str, ...] = field(
+        default=(), metadata={"help": "more launch_server flags, checked too"}
+    )
 
     def __post_init__(self) -> None:
         for name in ("tp_size", "dp_size", "nnodes"):
@@ -79,17 +111,27 @@ class ServerConfig:
                 f"dp_size ({self.dp_size}) must divide tp_size ({self.tp_size}): DP attention splits the TP group"
             )
         if self.tp_size % self.nnodes:
-            raise ServerConfigError(f"tp_size ({self.tp_size}) must be a multiple of nnodes ({self.nnodes})")
+            raise ServerConfigError(
+                f"tp_size ({self.tp_size}) must be a multiple of nnodes ({self.nnodes})"
+            )
         if not 0 <= self.node_rank < self.nnodes:
-            raise ServerConfigError(f"node_rank must be in [0, {self.nnodes}), got {self.node_rank}")
+            raise ServerConfigError(
+                f"node_rank must be in [0, {self.nnodes}), got {self.node_rank}"
+            )
         if self.nnodes > 1 and not self.dist_init_addr:
-            raise ServerConfigError("a multi-node run (nnodes > 1) needs dist_init_addr='<node-0 host>:<port>'")
+            raise ServerConfigError(
+                "a multi-node run (nnodes > 1) needs dist_init_addr='<node-0 host>:<port>'"
+            )
         if self.delayer.enabled and self.dp_size < 2:
-            raise ServerConfigError("the prefill delayer negotiates across DP ranks; it needs dp_size ≥ 2")
+            raise ServerConfigError(
+                "the prefill delayer negotiates across DP ranks; it needs dp_size ≥ 2"
+            )
         if self.max_total_tokens is not None and self.max_total_tokens < 1:
             raise ServerConfigError(f"max_total_tokens must be ≥ 1, got {self.max_total_tokens}")
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
-            raise ServerConfigError(f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}")
+            raise ServerConfigError(
+                f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}"
+            )
         if not 0 < self.port < 65536:
             raise ServerConfigError(f"port must be in 1..65535, got {self.port}")
 
@@ -159,6 +201,8 @@ def build_args(cfg: ServerConfig, flags: ServerFlags) -> list[str]:
     return out
 
 
-def build_command(cfg: ServerConfig, flags: ServerFlags, *, python: str | Path | None = None) -> list[str]:
+def build_command(
+    cfg: ServerConfig, flags: ServerFlags, *, python: str | Path | None = None
+) -> list[str]:
     """``[python, -m, sglang.launch_server, *build_args(cfg, flags)]``."""
     return [str(python or sys.executable), "-m", "sglang.launch_server", *build_args(cfg, flags)]

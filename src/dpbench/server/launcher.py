@@ -101,7 +101,9 @@ def visible_gpus() -> list[GpuInfo]:
         return []
     proc = subprocess.run(
         [smi, "--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if proc.returncode != 0:
         return []
@@ -124,13 +126,20 @@ def check_gpus(required: int, *, min_free_gib: float = 0.0) -> list[GpuInfo]:
     if len(gpus) < required:
         raise GpuRequirementError(
             f"needs {required} CUDA GPUs on this node; found {len(gpus)}"
-            + (f" ({', '.join(g.name for g in gpus)})" if gpus else " (nvidia-smi missing or lists none)")
+            + (
+                f" ({', '.join(g.name for g in gpus)})"
+                if gpus
+                else " (nvidia-smi missing or lists none)"
+            )
             + ". Lower --tp, or run where more GPUs are visible (check CUDA_VISIBLE_DEVICES)."
         )
-    short = [g for g in gpus[:required] if (g.memory_total_mib - g.memory_used_mib) / 1024 < min_free_gib]
+    short = [
+        g for g in gpus[:required] if (g.memory_total_mib - g.memory_used_mib) / 1024 < min_free_gib
+    ]
     if short:
         detail = ", ".join(
-            f"GPU {g.index} {(g.memory_total_mib - g.memory_used_mib) / 1024:.1f} GiB free" for g in short
+            f"GPU {g.index} {(g.memory_total_mib - g.memory_used_mib) / 1024:.1f} GiB free"
+            for g in short
         )
         raise GpuRequirementError(
             f"needs {min_free_gib:.1f} GiB free on each of {required} GPUs; {detail}. "
@@ -140,7 +149,9 @@ def check_gpus(required: int, *, min_free_gib: float = 0.0) -> list[GpuInfo]:
 
 
 def _http_status(url: str, *, data: bytes | None = None, timeout: float = 5.0) -> int | None:
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    req = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             resp.read()
@@ -220,7 +231,9 @@ class ServerProcess:
                     self._signal_group(signal.SIGKILL)
                     self.stopped_with = "SIGKILL"
                     if not self._wait_group_empty(30.0):
-                        raise RuntimeError(f"processes {group_members(pgid)} of group {pgid} survived SIGKILL")
+                        raise RuntimeError(
+                            f"processes {group_members(pgid)} of group {pgid} survived SIGKILL"
+                        )
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5.0)
         finally:
@@ -251,7 +264,9 @@ class ServerProcess:
         previous = signal.getsignal(signal.SIGTERM)
 
         def on_sigterm(signum: int, frame: FrameType | None) -> None:
-            raise TerminatedBySignal(f"signal {signum} while the server at {self.base_url} was running")
+            raise TerminatedBySignal(
+                f"signal {signum} while the server at {self.base_url} was running"
+            )
 
         signal.signal(signal.SIGTERM, on_sigterm)
         self._old_sigterm = previous
@@ -276,7 +291,9 @@ class ServerProcess:
                 f"the server exited (status {code}) while {what}. Last lines of {self.log_path}:\n{self.log_tail()}"
             )
 
-    def wait_ready(self, *, deadline_s: float = 900.0, warmup: bool = True, poll_s: float = 1.0) -> float:
+    def wait_ready(
+        self, *, deadline_s: float = 900.0, warmup: bool = True, poll_s: float = 1.0
+    ) -> float:
         """Wait for ``/health`` = 200, then (``warmup``) one short ``/generate``; return seconds taken."""
         t0 = time.monotonic()
         deadline = t0 + deadline_s
@@ -293,12 +310,17 @@ class ServerProcess:
             time.sleep(poll_s)
         if warmup:
             body = json.dumps(
-                {"input_ids": list(range(1, 17)), "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+                {
+                    "input_ids": list(range(1, 17)),
+                    "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+                }
             ).encode()
             while True:
                 self._check_alive("warming up")
                 left = deadline - time.monotonic()
-                status = _http_status(f"{self.base_url}/generate", data=body, timeout=max(5.0, left))
+                status = _http_status(
+                    f"{self.base_url}/generate", data=body, timeout=max(5.0, left)
+                )
                 if status == 200:
                     break
                 if time.monotonic() >= deadline:
@@ -316,6 +338,9 @@ class ServerProcess:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()

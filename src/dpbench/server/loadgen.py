@@ -43,13 +43,17 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if (self.offsets_s is None) == (self.concurrency is None):
-            raise ScheduleError("a schedule is either arrival offsets (open loop) or a concurrency (closed loop)")
+            raise ScheduleError(
+                "a schedule is either arrival offsets (open loop) or a concurrency (closed loop)"
+            )
         if self.concurrency is not None and self.concurrency < 1:
             raise ScheduleError(f"concurrency must be ≥ 1, got {self.concurrency}")
         if self.offsets_s is not None:
             if self.offsets_s.ndim != 1 or not np.all(np.isfinite(self.offsets_s)):
                 raise ScheduleError("arrival offsets must be a 1-D array of finite seconds")
-            if np.any(np.diff(self.offsets_s) < 0) or (self.offsets_s.size and self.offsets_s[0] < 0):
+            if np.any(np.diff(self.offsets_s) < 0) or (
+                self.offsets_s.size and self.offsets_s[0] < 0
+            ):
                 raise ScheduleError("arrival offsets must be non-negative and sorted")
 
     @classmethod
@@ -87,7 +91,11 @@ class LoopLag:
         if not self.samples_ms:
             return {"p50": 0.0, "p99": 0.0, "max": 0.0}
         a = np.asarray(self.samples_ms)
-        return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+        return {
+            "p50": float(np.percentile(a, 50)),
+            "p99": float(np.percentile(a, 99)),
+            "max": float(a.max()),
+        }
 
 
 async def _monitor_lag(lag: LoopLag, stop: asyncio.Event, interval_s: float = 0.01) -> None:
@@ -178,7 +186,9 @@ async def drive(
                     next_index += 1
                     await one(i)
 
-            await asyncio.gather(*(worker() for _ in range(min(schedule.concurrency, len(requests)))))
+            await asyncio.gather(
+                *(worker() for _ in range(min(schedule.concurrency, len(requests))))
+            )
     finally:
         if gc_was_enabled:
             gc.enable()

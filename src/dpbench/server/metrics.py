@@ -21,9 +21,17 @@ from dpbench.results import Metric
 
 OUTCOMES = "sglang:prefill_delayer_outcomes_total"
 OUTCOME_LABELS = ("input_estimation", "output_allow", "output_reason", "actual_execution")
-WAIT_HISTOGRAMS = ("sglang:prefill_delayer_wait_forward_passes", "sglang:prefill_delayer_wait_seconds")
-USAGE_GAUGES = ("sglang:token_usage", "sglang:num_used_tokens", "sglang:max_total_num_tokens",
-                "sglang:num_running_reqs", "sglang:num_queue_reqs")
+WAIT_HISTOGRAMS = (
+    "sglang:prefill_delayer_wait_forward_passes",
+    "sglang:prefill_delayer_wait_seconds",
+)
+USAGE_GAUGES = (
+    "sglang:token_usage",
+    "sglang:num_used_tokens",
+    "sglang:max_total_num_tokens",
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+)
 
 
 class ScrapeError(RuntimeError):
@@ -68,12 +76,16 @@ def scrape(base_url: str, *, timeout_s: float = 10.0) -> Snapshot:
         ) from exc
 
 
-def _delta(before: Snapshot, after: Snapshot, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+def _delta(
+    before: Snapshot, after: Snapshot, name: str
+) -> dict[tuple[tuple[str, str], ...], float]:
     b = before.select(name)
     return {labels: v - b.get(labels, 0.0) for labels, v in after.select(name).items()}
 
 
-def _group(values: dict[tuple[tuple[str, str], ...], float], keep: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+def _group(
+    values: dict[tuple[tuple[str, str], ...], float], keep: tuple[str, ...]
+) -> dict[tuple[str, ...], float]:
     out: dict[tuple[str, ...], float] = defaultdict(float)
     for labels, v in values.items():
         d = dict(labels)
@@ -123,7 +135,11 @@ def server_metrics(before: Snapshot, after: Snapshot) -> ServerMetrics:
         total = sum(_delta(before, after, f"{name}_sum").values())
         buckets = _group(_delta(before, after, f"{name}_bucket"), ("le",))
         if after.select(f"{name}_count"):
-            hists[name] = {"count": count, "sum": total, "buckets": {k[0]: v for k, v in sorted(buckets.items())}}
+            hists[name] = {
+                "count": count,
+                "sum": total,
+                "buckets": {k[0]: v for k, v in sorted(buckets.items())},
+            }
     usage: dict[str, dict[str, float]] = {}
     for name in USAGE_GAUGES:
         vals = after.select(name)
@@ -151,4 +167,6 @@ def server_metrics(before: Snapshot, after: Snapshot) -> ServerMetrics:
 
 
 # Labels that identify the process, not what was counted.
-_RANK_NOISE = frozenset({"dp_rank", "tp_rank", "pp_rank", "moe_ep_rank", "model_name", "engine_type", "pid"})
+_RANK_NOISE = frozenset(
+    {"dp_rank", "tp_rank", "pp_rank", "moe_ep_rank", "model_name", "engine_type", "pid"}
+)

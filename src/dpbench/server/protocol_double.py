@@ -80,17 +80,39 @@ class _Metrics:
     def __init__(self, dp_size: int, model: str) -> None:
         self.registry = CollectorRegistry()
         base = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank"]
-        self.base = {"model_name": model, "engine_type": "unified", "pp_rank": "0", "moe_ep_rank": "0"}
+        self.base = {
+            "model_name": model,
+            "engine_type": "unified",
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
         r = self.registry
-        self.outcomes = PromCounter("sglang:prefill_delayer_outcomes", "Prefill delayer outcome counts.",
-                                    [*base, "input_estimation", "output_allow", "output_reason", "actual_execution"],
-                                    registry=r)
-        self.wait_passes = PromHistogram("sglang:prefill_delayer_wait_forward_passes", "Forward passes waited.",
-                                         base, buckets=(0, 5, 20, 29), registry=r)
-        self.wait_seconds = PromHistogram("sglang:prefill_delayer_wait_seconds", "Seconds waited.",
-                                          base, buckets=(0, 1, 2, 5), registry=r)
-        self.steps = PromCounter("sglang:dp_attention_steps", "MLP-sync steps on this DP rank.",
-                                 [*base, "rank_state"], registry=r)
+        self.outcomes = PromCounter(
+            "sglang:prefill_delayer_outcomes",
+            "Prefill delayer outcome counts.",
+            [*base, "input_estimation", "output_allow", "output_reason", "actual_execution"],
+            registry=r,
+        )
+        self.wait_passes = PromHistogram(
+            "sglang:prefill_delayer_wait_forward_passes",
+            "Forward passes waited.",
+            base,
+            buckets=(0, 5, 20, 29),
+            registry=r,
+        )
+        self.wait_seconds = PromHistogram(
+            "sglang:prefill_delayer_wait_seconds",
+            "Seconds waited.",
+            base,
+            buckets=(0, 1, 2, 5),
+            registry=r,
+        )
+        self.steps = PromCounter(
+            "sglang:dp_attention_steps",
+            "MLP-sync steps on this DP rank.",
+            [*base, "rank_state"],
+            registry=r,
+        )
         self.token_usage = PromGauge("sglang:token_usage", "KV token usage.", base, registry=r)
         self.used = PromGauge("sglang:num_used_tokens", "Used KV tokens.", base, registry=r)
         self.running = PromGauge("sglang:num_running_reqs", "Running requests.", base, registry=r)
@@ -112,8 +134,13 @@ class _Metrics:
     def admit(self, k: int, rank: int, tokens: int) -> None:
         est, allow, reason, executed = _OUTCOME_CYCLE[k % len(_OUTCOME_CYCLE)]
         lab = self.labels(rank)
-        self.outcomes.labels(**lab, input_estimation=est, output_allow=allow, output_reason=reason,
-                             actual_execution=executed).inc()
+        self.outcomes.labels(
+            **lab,
+            input_estimation=est,
+            output_allow=allow,
+            output_reason=reason,
+            actual_execution=executed,
+        ).inc()
         if allow == "true" and executed == "true":
             self.wait_passes.labels(**lab).observe(k % 7)
             self.wait_seconds.labels(**lab).observe((k % 7) * 0.01)
@@ -146,36 +173,45 @@ class ProtocolDouble:
         self.first_token_actual_s: list[float] = []
         self.metrics = _Metrics(config.dp_size, config.model)
         self.app = web.Application(client_max_size=64 << 20)
-        self.app.add_routes([
-            web.post("/generate", self.generate),
-            web.put("/generate", self.generate),
-            web.get("/health", self.health),
-            web.get("/health_generate", self.health),
-            web.get("/metrics", self.prom),
-            web.get("/v1/models", self.models),
-            web.get("/model_info", self.model_info),
-            web.get("/double/stats", self.stats),
-        ])
+        self.app.add_routes(
+            [
+                web.post("/generate", self.generate),
+                web.put("/generate", self.generate),
+                web.get("/health", self.health),
+                web.get("/health_generate", self.health),
+                web.get("/metrics", self.prom),
+                web.get("/v1/models", self.models),
+                web.get("/model_info", self.model_info),
+                web.get("/double/stats", self.stats),
+            ]
+        )
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.config.model, "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.config.model, "object": "model"}]}
+        )
 
     async def model_info(self, request: web.Request) -> web.Response:
         return web.json_response({"model_path": self.config.model, "tokenizer_path": None})
 
     async def prom(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
 
     async def stats(self, request: web.Request) -> web.Response:
-        return web.json_response({
-            "requests": self.arrivals,
-            "faults": dict(self.faults),
-            "first_token_actual_s": self.first_token_actual_s,
-            "config": asdict(self.config),
-        })
+        return web.json_response(
+            {
+                "requests": self.arrivals,
+                "faults": dict(self.faults),
+                "first_token_actual_s": self.first_token_actual_s,
+                "config": asdict(self.config),
+            }
+        )
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         t_recv = time.perf_counter()
@@ -191,13 +227,17 @@ class ProtocolDouble:
         except ValueError:
             return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
         if fault == "http_error":
-            return web.json_response({"error": {"message": "injected by the protocol test double"}},
-                                     status=cfg.http_error_status)
+            return web.json_response(
+                {"error": {"message": "injected by the protocol test double"}},
+                status=cfg.http_error_status,
+            )
         prompt = body.get("input_ids")
         if prompt is None and isinstance(body.get("text"), str):
             prompt = body["text"].split()
         if not isinstance(prompt, list):
-            return web.json_response({"error": {"message": "input_ids (a list) or text is required"}}, status=400)
+            return web.json_response(
+                {"error": {"message": "input_ids (a list) or text is required"}}, status=400
+            )
         params = body.get("sampling_params") or {}
         n_out = int(params.get("max_new_tokens", 16))
         stream = bool(body.get("stream", False))
@@ -224,12 +264,16 @@ class ProtocolDouble:
                 if fault == "malformed" and i == 2:
                     await resp.write(b'data: {"output_ids": [1, 2, \n\n')
                 event = self._event(rid, k, rank, len(prompt), i, n_out, i == n_out)
-                await resp.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
+                await resp.write(
+                    b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+                )
                 if i == 1:
                     self.first_token_actual_s.append(time.perf_counter() - t_recv)
                 self.metrics.step(rank)
             if fault == "server_error":
-                await resp.write(b'data: {"error":{"message":"injected in-stream error","code":400}}\n\n')
+                await resp.write(
+                    b'data: {"error":{"message":"injected in-stream error","code":400}}\n\n'
+                )
             await resp.write(b"data: [DONE]\n\n")
             with contextlib.suppress(ConnectionResetError):
                 await resp.write_eof()
@@ -237,7 +281,9 @@ class ProtocolDouble:
         finally:
             self.metrics.release(rank, len(prompt) + n_out)
 
-    def _event(self, rid: str, k: int, rank: int, n_in: int, n_done: int, n_out: int, last: bool) -> dict:
+    def _event(
+        self, rid: str, k: int, rank: int, n_in: int, n_done: int, n_out: int, last: bool
+    ) -> dict:
         ids = [(k * 31 + j) % 1000 + 3 for j in range(n_done)]
         ev: dict = {
             "output_ids": ids,
@@ -258,12 +304,16 @@ class ProtocolDouble:
 class DoubleThread:
     """Run a :class:`ProtocolDouble` on its own event loop in a background thread (a context manager)."""
 
-    def __init__(self, config: DoubleConfig = DoubleConfig(), host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, config: DoubleConfig = DoubleConfig(), host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.double = ProtocolDouble(config)
         self.host, self.port = host, port
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, name="protocol-double", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="protocol-double", daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -296,7 +346,9 @@ def main(argv: list[str] | None = None) -> None:
     for f in fields(DoubleConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool",):
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=f.default)
+            p.add_argument(
+                flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=f.default
+            )
         else:
             kind = {"float": float, "int": int, "str": str}[str(f.type)]
             p.add_argument(flag, type=kind, default=f.default)

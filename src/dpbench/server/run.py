@@ -34,7 +34,9 @@ class RunOptions:
     spec: str = field(metadata={"help": "shipped workload name or path to a spec YAML"})
     tp_size: int = 8
     dp_size: int | None = field(default=None, metadata={"help": "default: the spec's dp_size"})
-    model_path: str | None = field(default=None, metadata={"help": "real checkpoint; default: spec config + dummy weights"})
+    model_path: str | None = field(
+        default=None, metadata={"help": "real checkpoint; default: spec config + dummy weights"}
+    )
     delayer: bool = True
     delayer_max_delay_passes: int | None = None
     delayer_token_usage_low_watermark: float | None = None
@@ -46,12 +48,18 @@ class RunOptions:
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None
-    python: str = field(default_factory=lambda: sys.executable, metadata={"help": "interpreter with SGLang"})
+    python: str = field(
+        default_factory=lambda: sys.executable, metadata={"help": "interpreter with SGLang"}
+    )
     port: int | None = None
     startup_deadline_s: float = 1200.0
-    max_requests: int | None = field(default=None, metadata={"help": "replay only the first N requests"})
+    max_requests: int | None = field(
+        default=None, metadata={"help": "replay only the first N requests"}
+    )
     slo: Slo = field(default_factory=Slo)
-    log_dir: str | None = field(default=None, metadata={"help": "server logs; default results/server-logs"})
+    log_dir: str | None = field(
+        default=None, metadata={"help": "server logs; default results/server-logs"}
+    )
     extra_args: tuple[str, ...] = ()
     check_gpus: bool = True
 
@@ -96,13 +104,23 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         try:
             from dpbench.workload.planner import plan_kv
         except ImportError:
-            notes.append("KV plan unavailable (dpbench.workload.planner missing): --max-total-tokens left to SGLang")
+            notes.append(
+                "KV plan unavailable (dpbench.workload.planner missing): --max-total-tokens left to SGLang"
+            )
         else:
             plan = plan_kv(spec, trace, dp_size=dp, dispatch=spec.planner.dispatch)
             max_total_tokens = int(plan.max_total_tokens_per_rank)
-            plan_info = {k: getattr(plan, k) for k in (
-                "bytes_per_token", "peak_tokens_per_rank", "max_total_tokens_per_rank", "gib_per_rank", "target_util"
-            ) if hasattr(plan, k)}
+            plan_info = {
+                k: getattr(plan, k)
+                for k in (
+                    "bytes_per_token",
+                    "peak_tokens_per_rank",
+                    "max_total_tokens_per_rank",
+                    "gib_per_rank",
+                    "target_util",
+                )
+                if hasattr(plan, k)
+            }
     if opts.model_path:
         model_path, load_format = opts.model_path, None
     else:
@@ -136,10 +154,21 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
     flags = flags or server_flags(opts.python)
     command = build_command(cfg, flags, python=opts.python)
     requests = [
-        GenerateRequest(r.id, r.token_ids(model.vocab_size), r.max_new_tokens, r.ignore_eos) for r in trace
+        GenerateRequest(r.id, r.token_ids(model.vocab_size), r.max_new_tokens, r.ignore_eos)
+        for r in trace
     ]
-    return Prepared(opts, spec, spec_hash(spec), requests, _schedule_for(spec, trace), cfg, flags, command,
-                    plan_info, notes)
+    return Prepared(
+        opts,
+        spec,
+        spec_hash(spec),
+        requests,
+        _schedule_for(spec, trace),
+        cfg,
+        flags,
+        command,
+        plan_info,
+        notes,
+    )
 
 
 def _sglang_info(python: str, version: str) -> dict[str, Any]:
@@ -168,12 +197,18 @@ def execute(
         )
     if opts.check_gpus:
         # At least the planned KV pool must fit on every GPU (weights come on top).
-        check_gpus(cfg.gpus_per_node, min_free_gib=float((prep.kv_plan or {}).get("gib_per_rank", 0.0)))
+        check_gpus(
+            cfg.gpus_per_node, min_free_gib=float((prep.kv_plan or {}).get("gib_per_rank", 0.0))
+        )
     t0 = time.monotonic()
     base_url = f"http://127.0.0.1:{cfg.port}"
     log_dir = Path(opts.log_dir) if opts.log_dir else results_dir() / "server-logs"
-    log = Path(log_path or log_dir / f"{prep.spec.name}-tp{cfg.tp_size}-dp{cfg.dp_size}-"
-               f"{'delayer' if cfg.delayer.enabled else 'nodelayer'}-{int(time.time())}.log")
+    log = Path(
+        log_path
+        or log_dir
+        / f"{prep.spec.name}-tp{cfg.tp_size}-dp{cfg.dp_size}-"
+        f"{'delayer' if cfg.delayer.enabled else 'nodelayer'}-{int(time.time())}.log"
+    )
     with ServerProcess(prep.command, base_url=base_url, log_path=log) as server:
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
         before = scrape(base_url)

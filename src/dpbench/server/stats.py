@@ -28,7 +28,9 @@ class Slo:
 
     def __post_init__(self) -> None:
         if self.ttft_ms <= 0 or self.tpot_ms <= 0:
-            raise ValueError(f"SLOs must be > 0 ms, got ttft_ms={self.ttft_ms}, tpot_ms={self.tpot_ms}")
+            raise ValueError(
+                f"SLOs must be > 0 ms, got ttft_ms={self.ttft_ms}, tpot_ms={self.tpot_ms}"
+            )
 
     def met(self, o: RequestOutcome) -> bool:
         if not o.ok or o.ttft_s is None or o.ttft_s * 1e3 > self.ttft_ms:
@@ -69,7 +71,9 @@ def summarize(result: LoadResult, slo: Slo = Slo()) -> dict[str, Metric]:
     m["errors_total"] = Metric(float(sum(kinds.values())), "requests", "lower")
     for kind in ERROR_KINDS:
         m[f"errors_{kind}_total"] = Metric(float(kinds.get(kind, 0)), "requests", "lower")
-    m["malformed_chunks_total"] = Metric(float(sum(o.malformed_chunks for o in outs)), "chunks", "lower")
+    m["malformed_chunks_total"] = Metric(
+        float(sum(o.malformed_chunks for o in outs)), "chunks", "lower"
+    )
     lag = result.loop_lag.summary()
     m["client_loop_lag_ms_p50"] = Metric(lag["p50"], "ms", "lower")
     m["client_loop_lag_ms_p99"] = Metric(lag["p99"], "ms", "lower")

@@ -85,7 +85,9 @@ def ensure_server_args(server_args: Any | None = None) -> None:
                 return
         except ValueError:  # "Global server args is not set yet!"
             pass
-        server_args = importlib.import_module("sglang.srt.server_args").ServerArgs(model_path="dummy")
+        server_args = importlib.import_module("sglang.srt.server_args").ServerArgs(
+            model_path="dummy"
+        )
     if hasattr(rc, "publish"):
         rc.publish(server_args, role="test")
     else:
@@ -95,7 +97,9 @@ def ensure_server_args(server_args: Any | None = None) -> None:
 class AdderKit:
     """Factory for the installed SGLang's real admission objects; one per process is enough."""
 
-    def __init__(self, generation: Generation | None = None, *, page_size: int = 1, server_args: Any = None):
+    def __init__(
+        self, generation: Generation | None = None, *, page_size: int = 1, server_args: Any = None
+    ):
         self.api = load_api()
         self.generation = generation or detect(self.api, components=("adder",))
         self.page_size = page_size
@@ -192,7 +196,9 @@ class AdderKit:
         """SGLang's prefix match for a waiting request (``req.init_next_round_input(tree_cache)``)."""
         req.init_next_round_input(tree_cache)
 
-    def add_one_req(self, adder: Any, req: Any, *, has_chunked_req: bool = False, match: bool = True) -> Any:
+    def add_one_req(
+        self, adder: Any, req: Any, *, has_chunked_req: bool = False, match: bool = True
+    ) -> Any:
         """Offer a waiting request to the adder, as ``Scheduler._get_new_batch_prefill_raw`` does.
 
         ``match=True`` first runs the prefix match against the adder's tree cache.
@@ -214,7 +220,9 @@ class AdderKit:
             return int(rng.end - rng.start)
         if getattr(req, "extend_end", None) is not None:
             return int(req.extend_end - req.prefix_len)
-        raise ValueError(f"request {req.rid!r} has no admitted extend (neither extend_range nor extend_end is set)")
+        raise ValueError(
+            f"request {req.rid!r} has no admitted extend (neither extend_range nor extend_end is set)"
+        )
 
     def computed_tokens(self, req: Any) -> int:
         """Tokens of ``req`` whose KV is already in the pool (``prefix_len`` or ``len(prefix_indices)``)."""
@@ -231,7 +239,9 @@ class AdderKit:
         n = self.extend_tokens(req)
         slots = allocator.alloc(n)
         if slots is None:
-            raise ValueError(f"the allocator has {allocator.available_size()} free slots; the extend needs {n}")
+            raise ValueError(
+                f"the allocator has {allocator.available_size()} free slots; the extend needs {n}"
+            )
         if isinstance(vars(req).get("prefix_len"), int):
             req.prefix_len += n
         else:
@@ -244,7 +254,9 @@ class AdderKit:
             "rem_total_tokens": int(adder.rem_total_tokens),
             "cur_rem_tokens": int(adder.cur_rem_tokens),
             "rem_input_tokens": int(adder.rem_input_tokens),
-            "rem_chunk_tokens": None if adder.rem_chunk_tokens is None else int(adder.rem_chunk_tokens),
+            "rem_chunk_tokens": None
+            if adder.rem_chunk_tokens is None
+            else int(adder.rem_chunk_tokens),
             "evictable_tokens": int(adder.tree_cache.evictable_size()),
             "free_slots": int(adder.token_to_kv_pool_allocator.available_size()),
         }

@@ -74,7 +74,9 @@ def _unsupported(message: str) -> RuntimeError:
 class DelayerSettings:
     """The delayer's server flags, as SGLang's own defaults have them."""
 
-    max_delay_passes: int = field(default=30, metadata={"help": "--prefill-delayer-max-delay-passes"})
+    max_delay_passes: int = field(
+        default=30, metadata={"help": "--prefill-delayer-max-delay-passes"}
+    )
     token_usage_low_watermark: float | None = field(
         default=None, metadata={"help": "--prefill-delayer-token-usage-low-watermark (None: off)"}
     )
@@ -146,7 +148,11 @@ def detect_generation(delayer_cls: type) -> str:
     if "max_delay_passes" in params:
         if {"dp_size", "attn_tp_size", "cpu_group", "server_args"} <= params.keys():
             return GENERATION_ARGS
-        if {"dp_size", "attn_tp_size", "cpu_group"} <= params.keys() and "server_args" not in params:
+        if {
+            "dp_size",
+            "attn_tp_size",
+            "cpu_group",
+        } <= params.keys() and "server_args" not in params:
             return GENERATION_SIZES_GROUP
         if "cpu_group" in params and not {"dp_size", "server_args"} & params.keys():
             return GENERATION_GROUP
@@ -279,7 +285,9 @@ class PassExecutor:
         """What ``PrefillAdder`` calls: forwarded unchanged; the first report is remembered."""
         if self.reported_prefillable is None:
             self.reported_prefillable = bool(local_prefillable)
-        return self.executor.negotiate_should_allow_prefill(local_prefillable=local_prefillable, **kwargs)
+        return self.executor.negotiate_should_allow_prefill(
+            local_prefillable=local_prefillable, **kwargs
+        )
 
     def finalize(self, actual_prefill_bs: int) -> tuple[int, Outcome]:
         """Finalize as the installed scheduler does; returns (observed prefill bs, the pass's outcome)."""
@@ -316,7 +324,9 @@ def _finalize_params(executor_cls: type) -> frozenset[str]:
 def new_pass(delayer: Any, collector: RecordingCollector, token_usage: float) -> PassExecutor:
     from sglang.srt.managers.prefill_delayer import PrefillDelayerSinglePassExecutor
 
-    return PassExecutor(PrefillDelayerSinglePassExecutor(delayer, token_usage=token_usage), collector)
+    return PassExecutor(
+        PrefillDelayerSinglePassExecutor(delayer, token_usage=token_usage), collector
+    )
 
 
 class MaxPrefillBs:
@@ -377,7 +387,9 @@ def scheduler_max_prefill_bs_decay() -> float | None:
         return None
     found = _DECAY_RE.findall(Path(spec.origin).read_text())
     if len(found) > 1 and len(set(found)) > 1:
-        raise _unsupported(f"scheduler.py decays max_prefill_bs by several factors {found}; expected one")
+        raise _unsupported(
+            f"scheduler.py decays max_prefill_bs by several factors {found}; expected one"
+        )
     return float(found[0]) if found else None
 
 
@@ -400,7 +412,9 @@ class ReqProgress:
         src = inspect.getsource(req_cls.__init__)
         self.uses_prefix_indices = "self.prefix_indices" in src
         if not self.uses_prefix_indices and "self.prefix_len" not in src:
-            raise _unsupported("Req keeps neither prefix_indices nor prefix_len; cannot track computed KV")
+            raise _unsupported(
+                "Req keeps neither prefix_indices nor prefix_len; cannot track computed KV"
+            )
 
     def set_computed(self, req: Any, kv_slots: Any) -> None:
         """The request's first ``len(kv_slots)`` tokens are in the KV pool, in these slots."""

@@ -27,7 +27,12 @@ from typing import Any
 
 COMPONENTS = ("adder", "delayer")
 # Keyword arguments AdderKit.new_adder passes to PrefillAdder, as the scheduler does.
-ADDER_KEYWORDS = ("max_prefill_bs", "max_running_requests", "prefill_delayer_single_pass", "waiting_queue_len")
+ADDER_KEYWORDS = (
+    "max_prefill_bs",
+    "max_running_requests",
+    "prefill_delayer_single_pass",
+    "waiting_queue_len",
+)
 
 
 class UnsupportedSGLang(RuntimeError):
@@ -39,14 +44,19 @@ class Generation:
     """One API shape of SGLang's scheduler, with the releases it was verified on."""
 
     name: str
-    releases: str = field(metadata={"help": "releases verified (by running) to have this whole shape"})
+    releases: str = field(
+        metadata={"help": "releases verified (by running) to have this whole shape"}
+    )
     description: str
     # feature -> expected value; each feature belongs to one component (see FEATURE_COMPONENT).
     features: dict[str, str]
     # the components detect() compared to pick this generation (all, unless a tier asked for fewer)
     compared: tuple[str, ...] = COMPONENTS
     adder_releases: str = field(
-        default="", metadata={"help": "further releases whose adder half alone has this shape (placement probe run)"}
+        default="",
+        metadata={
+            "help": "further releases whose adder half alone has this shape (placement probe run)"
+        },
     )
 
     def __str__(self) -> str:
@@ -144,8 +154,7 @@ def _fmt(params: Iterable[inspect.Parameter]) -> str:
 
 def _required(func: Any) -> str:
     return ", ".join(
-        p.name for p in _params(func)
-        if p.default is p.empty and p.kind is not p.KEYWORD_ONLY
+        p.name for p in _params(func) if p.default is p.empty and p.kind is not p.KEYWORD_ONLY
     )
 
 
@@ -192,9 +201,9 @@ def observe(api: Any) -> dict[str, str]:
         )
 
     def finalize() -> str:
-        return ", ".join(p.name for p in _params(executor.finalize) if p.kind is p.KEYWORD_ONLY) or (
-            "no keyword-only parameter: " + _fmt(_params(executor.finalize))
-        )
+        return ", ".join(
+            p.name for p in _params(executor.finalize) if p.kind is p.KEYWORD_ONLY
+        ) or ("no keyword-only parameter: " + _fmt(_params(executor.finalize)))
 
     def adder_keywords() -> str:
         names = {p.name for p in _params(adder.__init__)}
@@ -214,7 +223,9 @@ def observe(api: Any) -> dict[str, str]:
             lambda: _fmt(_params(api.RadixCache.create_simulated, skip_self=False)[:3])
         ),
         "PrefillDelayer.__init__ required": _safe(lambda: _required(delayer.__init__)),
-        "PrefillDelayerSinglePassExecutor.__init__": _safe(lambda: _fmt(_params(executor.__init__))),
+        "PrefillDelayerSinglePassExecutor.__init__": _safe(
+            lambda: _fmt(_params(executor.__init__))
+        ),
         "PrefillDelayerSinglePassExecutor.finalize": _safe(finalize),
         "PrefillDelayerSinglePassExecutor.negotiate_should_allow_prefill": _safe(
             lambda: _fmt(_params(executor.negotiate_should_allow_prefill))
@@ -292,7 +303,9 @@ def _installed_commit() -> str | None:
     return None
 
 
-def sglang_info(generation: Generation | None = None, *, components: Iterable[str] = COMPONENTS) -> dict[str, Any]:
+def sglang_info(
+    generation: Generation | None = None, *, components: Iterable[str] = COMPONENTS
+) -> dict[str, Any]:
     """``{"version", "commit", "generation"}`` of the installed SGLang, for run results.
 
     ``generation`` is detected over ``components`` unless given; an unsupported shape

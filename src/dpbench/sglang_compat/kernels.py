@@ -58,20 +58,56 @@ KERNEL_LOCATIONS: tuple[tuple[str, str, str], ...] = (
 )
 
 DECODE_REQUIRED = (
-    "q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits",
-    "attn_lse", "num_kv_splits", "max_kv_splits", "sm_scale", "k_scale", "v_scale",
+    "q",
+    "k_buffer",
+    "v_buffer",
+    "o",
+    "kv_indptr",
+    "kv_indices",
+    "attn_logits",
+    "attn_lse",
+    "num_kv_splits",
+    "max_kv_splits",
+    "sm_scale",
+    "k_scale",
+    "v_scale",
 )
 EXTEND_REQUIRED = (
-    "q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr",
-    "kv_indptr", "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend",
-    "k_scale", "v_scale",
+    "q_extend",
+    "k_extend",
+    "v_extend",
+    "o_extend",
+    "k_buffer",
+    "v_buffer",
+    "qo_indptr",
+    "kv_indptr",
+    "kv_indices",
+    "custom_mask",
+    "is_causal",
+    "mask_indptr",
+    "max_len_extend",
+    "k_scale",
+    "v_scale",
 )
-SUPPORTED = "SGLang releases whose Triton attention kernels take " + ", ".join(DECODE_REQUIRED[:10]) + " … (0.5.16 – 0.5.23 verified)"
+SUPPORTED = (
+    "SGLang releases whose Triton attention kernels take "
+    + ", ".join(DECODE_REQUIRED[:10])
+    + " … (0.5.16 – 0.5.23 verified)"
+)
 
 # Libraries the kernel-modules-only import needs beyond torch and triton (0.5.23, found by
 # trial in an environment holding only torch and triton; 0.5.16 and 0.5.17 need a subset).
-KERNEL_IMPORT_REQUIREMENTS = ("orjson", "psutil", "pybase64", "requests", "packaging", "starlette",
-                              "msgspec", "pydantic", "pyzmq")
+KERNEL_IMPORT_REQUIREMENTS = (
+    "orjson",
+    "psutil",
+    "pybase64",
+    "requests",
+    "packaging",
+    "starlette",
+    "msgspec",
+    "pydantic",
+    "pyzmq",
+)
 
 # SGLang's default --triton-attention-num-kv-splits (ServerArgs), and the MLA cap's block.
 DEFAULT_NUM_KV_SPLITS = 8
@@ -92,8 +128,24 @@ class AttentionKernels:
     decode_params: tuple[str, ...] = ()
     extend_params: tuple[str, ...] = ()
 
-    def decode(self, *, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
-               num_kv_splits, max_kv_splits, sm_scale, page_size=1, has_mla=True, use_pdl=None) -> None:
+    def decode(
+        self,
+        *,
+        q,
+        k_buffer,
+        v_buffer,
+        o,
+        kv_indptr,
+        kv_indices,
+        attn_logits,
+        attn_lse,
+        num_kv_splits,
+        max_kv_splits,
+        sm_scale,
+        page_size=1,
+        has_mla=True,
+        use_pdl=None,
+    ) -> None:
         """One ``decode_attention_fwd`` launch, as the Triton backend's ``forward_decode`` makes it.
 
         ``use_pdl=None`` follows the backend: programmatic dependent launch on CUDA devices
@@ -112,11 +164,39 @@ class AttentionKernels:
                 )
             kwargs["page_size"] = page_size
         assert self.decode_fn is not None
-        self.decode_fn(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse,
-                       num_kv_splits, max_kv_splits, sm_scale, 1.0, 1.0, **kwargs)
+        self.decode_fn(
+            q,
+            k_buffer,
+            v_buffer,
+            o,
+            kv_indptr,
+            kv_indices,
+            attn_logits,
+            attn_lse,
+            num_kv_splits,
+            max_kv_splits,
+            sm_scale,
+            1.0,
+            1.0,
+            **kwargs,
+        )
 
-    def extend(self, *, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
-               kv_indptr, kv_indices, max_len_extend, sm_scale, page_size=1) -> None:
+    def extend(
+        self,
+        *,
+        q_extend,
+        k_extend,
+        v_extend,
+        o_extend,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        max_len_extend,
+        sm_scale,
+        page_size=1,
+    ) -> None:
         """One causal ``extend_attention_fwd`` launch, as the backend's ``forward_extend`` makes it."""
         kwargs: dict[str, Any] = {"sm_scale": sm_scale}
         if page_size != 1 or "page_size" in self.extend_params:
@@ -127,8 +207,24 @@ class AttentionKernels:
                 )
             kwargs["page_size"] = page_size
         assert self.extend_fn is not None
-        self.extend_fn(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
-                       kv_indptr, kv_indices, None, True, None, max_len_extend, 1.0, 1.0, **kwargs)
+        self.extend_fn(
+            q_extend,
+            k_extend,
+            v_extend,
+            o_extend,
+            k_buffer,
+            v_buffer,
+            qo_indptr,
+            kv_indptr,
+            kv_indices,
+            None,
+            True,
+            None,
+            max_len_extend,
+            1.0,
+            1.0,
+            **kwargs,
+        )
 
     def num_kv_splits(self, seq_lens, *, num_heads: int, max_kv_splits: int, core_count: int):
         """Per-request KV split counts, as ``TritonAttnBackend.get_num_kv_splits`` computes them.
@@ -146,11 +242,15 @@ class AttentionKernels:
             return out
         num_seq = seq_lens.shape[0]
         schedule = 256 if num_seq < 256 else triton.next_power_of_2(num_seq)
-        params = inspect.signature(self.split_fn.fn if hasattr(self.split_fn, "fn") else self.split_fn).parameters
+        params = inspect.signature(
+            self.split_fn.fn if hasattr(self.split_fn, "fn") else self.split_fn
+        ).parameters
         kwargs: dict[str, Any] = {"MAX_NUM_SEQ": schedule}
         if "uneven_batch_ptr" in params:
             kwargs["uneven_batch_ptr"] = None
-        self.split_fn[(1,)](out, seq_lens, num_seq, 1, num_heads, 1, max_kv_splits, core_count, **kwargs)
+        self.split_fn[(1,)](
+            out, seq_lens, num_seq, 1, num_heads, 1, max_kv_splits, core_count, **kwargs
+        )
         return out
 
 
@@ -163,7 +263,9 @@ def pdl_default(tensor: Any) -> bool:
     return torch.cuda.get_device_capability(tensor.device)[0] >= 9
 
 
-def mla_max_kv_splits(core_count: int, max_context_len: int, base: int = DEFAULT_NUM_KV_SPLITS) -> int:
+def mla_max_kv_splits(
+    core_count: int, max_context_len: int, base: int = DEFAULT_NUM_KV_SPLITS
+) -> int:
     """The backend's MLA split cap (0.5.23 ``_mla_decode_kv_splits_cap``): SMs and context bound it.
 
     ``max(base, min(next_pow2(SMs), next_pow2(ceil(max_context / 32))))``; with no device
@@ -183,12 +285,16 @@ def sglang_version() -> str:
     except importlib.metadata.PackageNotFoundError:
         spec = importlib.util.find_spec("sglang")
         if spec is None or not spec.origin:
-            raise ImportError("SGLang is not importable here (no 'sglang' package on sys.path)") from None
+            raise ImportError(
+                "SGLang is not importable here (no 'sglang' package on sys.path)"
+            ) from None
         # An unzipped wheel without its .dist-info: setuptools-scm's generated _version.py.
         version_file = os.path.join(os.path.dirname(spec.origin), "_version.py")
         if os.path.exists(version_file):
             with open(version_file) as fh:
-                found = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", fh.read(), re.M)
+                found = re.search(
+                    r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", fh.read(), re.M
+                )
             if found:
                 return found.group(1)
         return "unknown"
@@ -214,7 +320,9 @@ def _register_bare_parents(module: str) -> None:
         sys.modules[name] = pkg
 
 
-def _import(decode_mod: str, extend_mod: str, mode: str) -> tuple[types.ModuleType, types.ModuleType]:
+def _import(
+    decode_mod: str, extend_mod: str, mode: str
+) -> tuple[types.ModuleType, types.ModuleType]:
     if mode == "kernel-modules-only":
         _register_bare_parents(decode_mod)
     return importlib.import_module(decode_mod), importlib.import_module(extend_mod)
@@ -245,12 +353,15 @@ def load_attention_kernels(mode: str = "auto") -> AttentionKernels:
                 continue
             return _adapt(version, how, dec, ext, meta_mod)
     raise ImportError(
-        f"SGLang {version}: could not import its Triton attention kernels: " + "; ".join(errors)
+        f"SGLang {version}: could not import its Triton attention kernels: "
+        + "; ".join(errors)
         + ". Install the missing libraries (see dpbench.sglang_compat.kernels' docstring)."
     )
 
 
-def _adapt(version: str, how: str, dec: types.ModuleType, ext: types.ModuleType, meta_mod: str) -> AttentionKernels:
+def _adapt(
+    version: str, how: str, dec: types.ModuleType, ext: types.ModuleType, meta_mod: str
+) -> AttentionKernels:
     decode_fn = getattr(dec, "decode_attention_fwd", None)
     extend_fn = getattr(ext, "extend_attention_fwd", None)
     if decode_fn is None or extend_fn is None:

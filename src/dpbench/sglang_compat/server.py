@@ -205,17 +205,27 @@ def fields_from_source(sglang_root: Path) -> list[str]:
         tree = ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
         for node in ast.walk(tree):
             # ServerArgs itself (≤ 0.5.22), or the field namespaces it is assembled from (0.5.23).
-            if isinstance(node, ast.ClassDef) and (node.name == "ServerArgs" or f.parent.name == "fields"):
+            if isinstance(node, ast.ClassDef) and (
+                node.name == "ServerArgs" or f.parent.name == "fields"
+            ):
                 names.update(
-                    st.target.id for st in node.body
-                    if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                    st.target.id
+                    for st in node.body
+                    if isinstance(st, ast.AnnAssign)
+                    and isinstance(st.target, ast.Name)
                     and not st.target.id.startswith("_")
                 )
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and node.func.attr == "add_argument"):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+            ):
                 names.update(
-                    a.value for a in node.args
-                    if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant)
+                    and isinstance(a.value, str)
+                    and a.value.startswith("--")
                 )
     if not names:
         raise ServerHelpError(f"no ServerArgs fields found under {sglang_root}/srt")
@@ -224,7 +234,10 @@ def fields_from_source(sglang_root: Path) -> list[str]:
 
 def _run(python: str | Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(python), *args], capture_output=True, text=True, timeout=timeout,
+        [str(python), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env=_child_env(),
     )
 
@@ -251,7 +264,9 @@ def install_key(python: str | Path, *, timeout: float = 60) -> InstallKey:
         raise ServerHelpError(f"{python} could not be run to locate sglang:\n{proc.stderr[-2000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     if "error" in data:
-        raise ServerHelpError(f"{python}: {data['error']} (install SGLang there, or pass the interpreter that has it)")
+        raise ServerHelpError(
+            f"{python}: {data['error']} (install SGLang there, or pass the interpreter that has it)"
+        )
     return InstallKey(data["version"], data["key"], data["root"])
 
 
@@ -259,7 +274,9 @@ def _help_cache(key: InstallKey) -> Path:
     return cache_dir() / "sglang-help" / f"{key.version}-{key.key[:16]}.json"
 
 
-def server_flags(python: str | Path, *, timeout: float = 300, use_cache: bool = True) -> ServerFlags:
+def server_flags(
+    python: str | Path, *, timeout: float = 300, use_cache: bool = True
+) -> ServerFlags:
     """The flags of the `launch_server` installed for ``python``: from ``--help``, else ServerArgs fields.
 
     The parsed result is cached per install (version + hash of the files defining the
@@ -285,8 +302,10 @@ def server_flags(python: str | Path, *, timeout: float = 300, use_cache: bool = 
         else:
             # ServerArgs imports the same modules --help does; read its source instead.
             names = fields_from_source(Path(key.root))
-            why = (f"--help and `import sglang.srt.server_args` failed: {why}; "
-                   f"flags read from the source of server_args.py")
+            why = (
+                f"--help and `import sglang.srt.server_args` failed: {why}; "
+                f"flags read from the source of server_args.py"
+            )
         result = flags_from_fields(names, version=key.version, why=why)
         payload = {"kind": "fields", "names": names, "why": why}
     if use_cache:
@@ -337,7 +356,9 @@ def bench_serving_module(python: str | Path, *, timeout: float = 60) -> str:
     proc = _run(python, ["-c", snippet], timeout)
     name = proc.stdout.strip()
     if proc.returncode != 0 or not name:
-        raise ServerHelpError(f"{python}: neither sglang.benchmark.serving nor sglang.bench_serving is installed")
+        raise ServerHelpError(
+            f"{python}: neither sglang.benchmark.serving nor sglang.bench_serving is installed"
+        )
     return name
 
 

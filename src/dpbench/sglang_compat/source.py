@@ -12,7 +12,9 @@ def sglang_package_dir() -> Path:
     """The installed ``sglang`` package folder (``sglang/__init__.py`` is not run)."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("SGLang is not installed in this Python environment (no 'sglang' package found)")
+        raise FileNotFoundError(
+            "SGLang is not installed in this Python environment (no 'sglang' package found)"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -20,5 +22,7 @@ def schedule_policy_path() -> Path:
     """``sglang/srt/managers/schedule_policy.py`` of the installed SGLang; FileNotFoundError if missing."""
     path = sglang_package_dir().joinpath(*SCHEDULE_POLICY)
     if not path.is_file():
-        raise FileNotFoundError(f"the installed SGLang has no {'/'.join(SCHEDULE_POLICY)} (looked at {path})")
+        raise FileNotFoundError(
+            f"the installed SGLang has no {'/'.join(SCHEDULE_POLICY)} (looked at {path})"
+        )
     return path

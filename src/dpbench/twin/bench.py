@@ -18,7 +18,9 @@ from dpbench.twin.scheduler import RankScheduler, TrackedReq
 KV_TOKENS = 100_000
 
 
-def saturated_rank(*, running: int = 20, prompt: int = 4000, waiting: int = 16) -> tuple[RankScheduler, Callable[[], None]]:
+def saturated_rank(
+    *, running: int = 20, prompt: int = 4000, waiting: int = 16
+) -> tuple[RankScheduler, Callable[[], None]]:
     """A rank whose KV pool is ~80 % full of decoding requests with ``waiting`` prompts that do not fit."""
     import torch.distributed as dist
     from sglang.srt.managers import prefill_delayer as pd
@@ -30,19 +32,32 @@ def saturated_rank(*, running: int = 20, prompt: int = 4000, waiting: int = 16) 
     settings = SchedulerSettings()
     owned = not dist.is_initialized()
     if owned:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+        )
     if compat.needs_runtime_context(compat.detect_generation(pd.PrefillDelayer)):
         compat.publish_runtime_context(1, compat.DelayerSettings())
     kit = AdderKit(page_size=settings.page_size)
     collector = compat.RecordingCollector()
     delayer = compat.build_delayer(
-        dp_size=1, cpu_group=dist.group.WORLD, settings=compat.DelayerSettings(), metrics_collector=collector
+        dp_size=1,
+        cpu_group=dist.group.WORLD,
+        settings=compat.DelayerSettings(),
+        metrics_collector=collector,
     )
-    rank = RankScheduler(kit=kit, settings=settings, dp_size=1, kv_tokens=KV_TOKENS, delayer=delayer,
-                         collector=collector)
+    rank = RankScheduler(
+        kit=kit,
+        settings=settings,
+        dp_size=1,
+        kv_tokens=KV_TOKENS,
+        delayer=delayer,
+        collector=collector,
+    )
 
     def add(i: int, n: int, out: int) -> None:
-        req = kit.new_req(f"bench{i}", [1 + (i + j) % 1000 for j in range(n)], max_new_tokens=out, ignore_eos=True)
+        req = kit.new_req(
+            f"bench{i}", [1 + (i + j) % 1000 for j in range(n)], max_new_tokens=out, ignore_eos=True
+        )
         rank.enqueue(TrackedReq(i, req, 0.0, out))
 
     for i in range(running):
@@ -52,7 +67,9 @@ def saturated_rank(*, running: int = 20, prompt: int = 4000, waiting: int = 16) 
         rank.complete(rank.plan(), float(steps))
         steps += 1
         if steps > 10 * running:
-            raise RuntimeError(f"could not admit {running} × {prompt}-token prompts into {KV_TOKENS} KV tokens")
+            raise RuntimeError(
+                f"could not admit {running} × {prompt}-token prompts into {KV_TOKENS} KV tokens"
+            )
     for i in range(waiting):
         add(running + i, 4 * prompt, 512)
 

@@ -26,14 +26,20 @@ class SchedulerSettings:
     """
 
     chunked_prefill_size: int = field(
-        default=8192, metadata={"help": "global --chunked-prefill-size; per rank it is divided by dp_size"}
+        default=8192,
+        metadata={"help": "global --chunked-prefill-size; per rank it is divided by dp_size"},
     )
-    max_prefill_tokens: int = field(default=16384, metadata={"help": "--max-prefill-tokens (per pass)"})
+    max_prefill_tokens: int = field(
+        default=16384, metadata={"help": "--max-prefill-tokens (per pass)"}
+    )
     max_running_requests: int = field(
-        default=4096, metadata={"help": "global --max-running-requests; per rank it is divided by dp_size"}
+        default=4096,
+        metadata={"help": "global --max-running-requests; per rank it is divided by dp_size"},
     )
     page_size: int = field(default=1, metadata={"help": "--page-size"})
-    enable_prefill_delayer: bool = field(default=True, metadata={"help": "--enable-prefill-delayer"})
+    enable_prefill_delayer: bool = field(
+        default=True, metadata={"help": "--enable-prefill-delayer"}
+    )
     prefill_delayer_max_delay_passes: int = field(
         default=30, metadata={"help": "--prefill-delayer-max-delay-passes"}
     )
@@ -42,7 +48,12 @@ class SchedulerSettings:
     )
 
     def __post_init__(self) -> None:
-        for name in ("chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "page_size"):
+        for name in (
+            "chunked_prefill_size",
+            "max_prefill_tokens",
+            "max_running_requests",
+            "page_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise TwinConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -52,7 +63,9 @@ class SchedulerSettings:
             )
         wm = self.prefill_delayer_token_usage_low_watermark
         if wm is not None and not 0.0 <= wm <= 1.0:
-            raise TwinConfigError(f"prefill_delayer_token_usage_low_watermark must be in [0, 1] or None, got {wm}")
+            raise TwinConfigError(
+                f"prefill_delayer_token_usage_low_watermark must be in [0, 1] or None, got {wm}"
+            )
 
     def per_rank_chunked_prefill_size(self, dp_size: int) -> int:
         return max(self.chunked_prefill_size // dp_size, self.page_size)
@@ -69,7 +82,9 @@ class TwinConfig:
     dispatch: Dispatch = field(default="round_robin", metadata={"help": f"one of {DISPATCHES}"})
     max_total_tokens_per_rank: int | None = field(
         default=None,
-        metadata={"help": "KV pool size per rank in tokens; None: the workload planner's size for the spec"},
+        metadata={
+            "help": "KV pool size per rank in tokens; None: the workload planner's size for the spec"
+        },
     )
     max_requests: int | None = field(
         default=None, metadata={"help": "replay only the first N requests of the trace (None: all)"}
@@ -82,8 +97,12 @@ class TwinConfig:
             "negotiation always uses SGLang's gloo all-gather): shared_memory (fast) or gloo"
         },
     )
-    deadline_s: float = field(default=600.0, metadata={"help": "hard wall-clock limit for the whole run"})
-    record_timeline: bool = field(default=True, metadata={"help": "keep per-step, per-rank records for --plot"})
+    deadline_s: float = field(
+        default=600.0, metadata={"help": "hard wall-clock limit for the whole run"}
+    )
+    record_timeline: bool = field(
+        default=True, metadata={"help": "keep per-step, per-rank records for --plot"}
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.dp_size, int) or not 2 <= self.dp_size <= MAX_DP_SIZE:
@@ -99,6 +118,8 @@ class TwinConfig:
         if self.max_requests is not None and self.max_requests < 1:
             raise TwinConfigError(f"max_requests must be ≥ 1 or None, got {self.max_requests}")
         if self.step_exchange not in STEP_EXCHANGES:
-            raise TwinConfigError(f"step_exchange must be one of {STEP_EXCHANGES}, got {self.step_exchange!r}")
+            raise TwinConfigError(
+                f"step_exchange must be one of {STEP_EXCHANGES}, got {self.step_exchange!r}"
+            )
         if not self.deadline_s > 0:
             raise TwinConfigError(f"deadline_s must be > 0, got {self.deadline_s}")

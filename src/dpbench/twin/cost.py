@@ -79,20 +79,33 @@ class DeviceRoofline:
     """Per-GPU ceilings and efficiencies; defaults: NVIDIA H200 SXM (public datasheet)."""
 
     name: str = "NVIDIA H200 SXM (roofline defaults)"
-    peak_flops: float = field(default=989e12, metadata={"help": "dense BF16 FLOP/s (H200 SXM datasheet)"})
-    hbm_bytes_per_s: float = field(default=4.8e12, metadata={"help": "HBM3e bandwidth, B/s (datasheet)"})
+    peak_flops: float = field(
+        default=989e12, metadata={"help": "dense BF16 FLOP/s (H200 SXM datasheet)"}
+    )
+    hbm_bytes_per_s: float = field(
+        default=4.8e12, metadata={"help": "HBM3e bandwidth, B/s (datasheet)"}
+    )
     link_bytes_per_s: float = field(
         default=450e9, metadata={"help": "NVLink, one direction, B/s (900 GB/s bidirectional)"}
     )
-    gemm_efficiency: float = field(default=0.6, metadata={"help": "achieved/peak FLOP rate of GEMMs"})
-    attn_efficiency: float = field(default=0.5, metadata={"help": "achieved/peak FLOP rate of attention"})
+    gemm_efficiency: float = field(
+        default=0.6, metadata={"help": "achieved/peak FLOP rate of GEMMs"}
+    )
+    attn_efficiency: float = field(
+        default=0.5, metadata={"help": "achieved/peak FLOP rate of attention"}
+    )
     mem_efficiency: float = field(default=0.8, metadata={"help": "achieved/peak HBM bandwidth"})
     link_efficiency: float = field(default=0.7, metadata={"help": "achieved/peak link bandwidth"})
-    collective_latency_s: float = field(default=10e-6, metadata={"help": "fixed cost of one collective"})
-    step_overhead_s: float = field(
-        default=1.5e-3, metadata={"help": "per-forward launch/scheduling overhead (CUDA graphs assumed)"}
+    collective_latency_s: float = field(
+        default=10e-6, metadata={"help": "fixed cost of one collective"}
     )
-    weight_bytes: float = field(default=1.0, metadata={"help": "bytes per weight (FP8 DeepSeek checkpoints)"})
+    step_overhead_s: float = field(
+        default=1.5e-3,
+        metadata={"help": "per-forward launch/scheduling overhead (CUDA graphs assumed)"},
+    )
+    weight_bytes: float = field(
+        default=1.0, metadata={"help": "bytes per weight (FP8 DeepSeek checkpoints)"}
+    )
     act_bytes: float = field(default=2.0, metadata={"help": "bytes per activation element (BF16)"})
     kv_bytes: float = field(default=2.0, metadata={"help": "bytes per KV element (BF16)"})
 
@@ -146,19 +159,29 @@ class RooflineModel:
     # -- pieces -------------------------------------------------------------------------
     def _roof(self, flops: float, nbytes: float, flop_eff: float) -> float:
         d = self.device
-        return max(flops / (d.peak_flops * flop_eff), nbytes / (d.hbm_bytes_per_s * d.mem_efficiency))
+        return max(
+            flops / (d.peak_flops * flop_eff), nbytes / (d.hbm_bytes_per_s * d.mem_efficiency)
+        )
 
     def attention_layer_s(self, w: RankWork) -> float:
         """One layer's attention (projections + core) on one rank."""
         if w.kind == "idle" or w.new_tokens == 0:
             return 0.0
         d = self.device
-        proj = self._roof(2 * w.new_tokens * self.attn_weights, self.attn_weights * d.weight_bytes, d.gemm_efficiency)
+        proj = self._roof(
+            2 * w.new_tokens * self.attn_weights,
+            self.attn_weights * d.weight_bytes,
+            d.gemm_efficiency,
+        )
         kv_bytes = w.context_tokens * self.kv_bytes_per_token_layer
         if w.kind == "extend":
-            core = self._roof(w.attn_pairs * self.extend_flops_per_pair, kv_bytes, d.attn_efficiency)
+            core = self._roof(
+                w.attn_pairs * self.extend_flops_per_pair, kv_bytes, d.attn_efficiency
+            )
         else:
-            core = self._roof(w.context_tokens * self.decode_flops_per_ctx, kv_bytes, d.attn_efficiency)
+            core = self._roof(
+                w.context_tokens * self.decode_flops_per_ctx, kv_bytes, d.attn_efficiency
+            )
         return proj + core
 
     def dense_mlp_layer_s(self, w: RankWork) -> float:
@@ -166,7 +189,9 @@ class RooflineModel:
             return 0.0
         d = self.device
         return self._roof(
-            2 * w.new_tokens * self.dense_mlp_weights, self.dense_mlp_weights * d.weight_bytes, d.gemm_efficiency
+            2 * w.new_tokens * self.dense_mlp_weights,
+            self.dense_mlp_weights * d.weight_bytes,
+            d.gemm_efficiency,
         )
 
     def moe_layer_s(self, total_tokens: int) -> float:
@@ -207,7 +232,9 @@ class RooflineModel:
         layers = self.model.num_hidden_layers
         attn_per_layer = [a / layers for a in attention_s]
         coll = self.collective_layer_s(total) if total else 0.0
-        dense = max(a + self.dense_mlp_layer_s(w) for a, w in zip(attn_per_layer, ranks, strict=True))
+        dense = max(
+            a + self.dense_mlp_layer_s(w) for a, w in zip(attn_per_layer, ranks, strict=True)
+        )
         moe = max(attn_per_layer) + self.moe_layer_s(total)
         body = self.dense_layers * (dense + coll) + self.moe_layers * (moe + coll)
         head = max(self.lm_head_s(w) for w in ranks)
@@ -243,7 +270,9 @@ class CalibratedModel(RooflineModel):
         data = getattr(self.calibration, "data", None)
         self.scope = str(getattr(data, "scope", "per-layer"))
         if self.scope != "per-layer":
-            raise ValueError(f"{self.path}: calibration scope must be 'per-layer', found {self.scope!r}")
+            raise ValueError(
+                f"{self.path}: calibration scope must be 'per-layer', found {self.scope!r}"
+            )
 
     def attention_s(self, w: RankWork) -> float:
         if w.kind == "idle" or w.new_tokens == 0:
@@ -252,13 +281,21 @@ class CalibratedModel(RooflineModel):
         if w.kind == "extend":
             # the calibration's extend context is the cached prefix per request
             prefix = max(0, w.context_tokens - w.new_tokens) // reqs
-            est = self.calibration.estimate_s("extend", batch=reqs, context=prefix, new_tokens=w.new_tokens)
+            est = self.calibration.estimate_s(
+                "extend", batch=reqs, context=prefix, new_tokens=w.new_tokens
+            )
         else:
             mean_ctx = max(1, math.ceil(w.context_tokens / reqs))
-            est = self.calibration.estimate_s("decode", batch=reqs, context=mean_ctx, new_tokens=reqs)
+            est = self.calibration.estimate_s(
+                "decode", batch=reqs, context=mean_ctx, new_tokens=reqs
+            )
         layers = self.model.num_hidden_layers
         d = self.device
-        proj = self._roof(2 * w.new_tokens * self.attn_weights, self.attn_weights * d.weight_bytes, d.gemm_efficiency)
+        proj = self._roof(
+            2 * w.new_tokens * self.attn_weights,
+            self.attn_weights * d.weight_bytes,
+            d.gemm_efficiency,
+        )
         return float(est) * layers + layers * proj
 
     def describe(self) -> str:
@@ -271,7 +308,11 @@ class CalibratedModel(RooflineModel):
 
 
 def make_cost_model(
-    model: ModelConfig, dp_size: int, calibration: str | Path | None = None, *, allow_interpreter: bool = False
+    model: ModelConfig,
+    dp_size: int,
+    calibration: str | Path | None = None,
+    *,
+    allow_interpreter: bool = False,
 ) -> ExecutionTimeModel:
     if calibration is None:
         return RooflineModel(model, dp_size)

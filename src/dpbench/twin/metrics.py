@@ -67,7 +67,9 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
-def compute(results: Sequence[RankResult], *, delayer_on: bool) -> tuple[dict[str, Metric], dict[str, Any]]:
+def compute(
+    results: Sequence[RankResult], *, delayer_on: bool
+) -> tuple[dict[str, Metric], dict[str, Any]]:
     """Metrics for the run result, and the detail tables for its ``extra``."""
     steps = classify_steps(results)
     counts = {name: int((steps == i).sum()) for i, name in enumerate(STEP_KINDS)}
@@ -95,12 +97,18 @@ def compute(results: Sequence[RankResult], *, delayer_on: bool) -> tuple[dict[st
         "ttft_ms_p50": Metric(_pct(ttft_ms, 50), "ms", "lower"),
         "ttft_ms_p90": Metric(_pct(ttft_ms, 90), "ms", "lower"),
         "ttft_ms_p99": Metric(_pct(ttft_ms, 99), "ms", "lower"),
-        "request_throughput_req_per_s": Metric(float(done.sum()) / span if span > 0 else 0.0, "req/s", "higher"),
-        "output_tokens_per_s": Metric(float(out_tokens[done].sum()) / span if span > 0 else 0.0, "tok/s", "higher"),
+        "request_throughput_req_per_s": Metric(
+            float(done.sum()) / span if span > 0 else 0.0, "req/s", "higher"
+        ),
+        "output_tokens_per_s": Metric(
+            float(out_tokens[done].sum()) / span if span > 0 else 0.0, "tok/s", "higher"
+        ),
         "simulated_duration_s": Metric(span, "s", "none"),
         "requests_finished_count": Metric(int(done.sum()), "requests", "none"),
         "kv_utilization_p50": Metric(_pct(kv_util, 50), "fraction", "none"),
-        "kv_utilization_max": Metric(float(kv_util.max()) if kv_util.size else 0.0, "fraction", "none"),
+        "kv_utilization_max": Metric(
+            float(kv_util.max()) if kv_util.size else 0.0, "fraction", "none"
+        ),
         "retractions_count": Metric(sum(r.retractions for r in results), "requests", "lower"),
         "scheduler_pass_us_p50": Metric(_pct(pass_us, 50), "us", "lower"),
         "passes_per_s": Metric(n_steps / loop_wall if loop_wall > 0 else 0.0, "passes/s", "higher"),
@@ -111,11 +119,20 @@ def compute(results: Sequence[RankResult], *, delayer_on: bool) -> tuple[dict[st
         mixed = steps == 2
         outcomes = outcome_counts(results)
         m["false_prefillable_reports_count"] = Metric(int(fr.sum()), "reports", "lower")
-        m["false_report_mixed_steps_count"] = Metric(int((fr.any(axis=0) & mixed).sum()), "steps", "lower")
+        m["false_report_mixed_steps_count"] = Metric(
+            int((fr.any(axis=0) & mixed).sum()), "steps", "lower"
+        )
         by_reason: Counter[str] = Counter()
         for (_, _, reason, _), c in outcomes.items():
             by_reason[reason or "none_prefillable"] += c
-        for reason in ("no_wait", "wait_success", "delay", "wait_timeout", "token_watermark", "none_prefillable"):
+        for reason in (
+            "no_wait",
+            "wait_success",
+            "delay",
+            "wait_timeout",
+            "token_watermark",
+            "none_prefillable",
+        ):
             m[f"delayer_{reason}_count"] = Metric(by_reason.get(reason, 0), "passes", "none")
         extra["prefill_delayer_outcomes_total"] = [
             {

@@ -157,7 +157,9 @@ class RankResult:
     chunk_continued: np.ndarray  # int8: the pass continued a chunked prefill
     pass_us: np.ndarray  # float32 wall time of the scheduler pass
     outcome_labels: list[tuple[str, str, str, str]]
-    requests: list[tuple[int, float, float, float, int, int]]  # index, arrival, first, finish, out, retractions
+    requests: list[
+        tuple[int, float, float, float, int, int]
+    ]  # index, arrival, first, finish, out, retractions
     retractions: int
     kv_capacity: int
     step_end_s: np.ndarray | None  # float64, identical on every rank; kept from rank 0
@@ -205,7 +207,9 @@ def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> No
     os._exit(0)
 
 
-def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None = None) -> RankResult:
+def lockstep(
+    rank: int, job: RankJob, group: Any, *, progress: Connection | None = None
+) -> RankResult:
     """The twin's main loop on one rank (see the module docstring)."""
     from dpbench.sglang_compat.delayer import DelayerSettings, RecordingCollector, build_delayer
 
@@ -227,7 +231,12 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
             metrics_collector=collector,
         )
     sched = RankScheduler(
-        kit=kit, settings=s, dp_size=n, kv_tokens=job.kv_tokens, delayer=delayer, collector=collector
+        kit=kit,
+        settings=s,
+        dp_size=n,
+        kv_tokens=job.kv_tokens,
+        delayer=delayer,
+        collector=collector,
     )
     arrivals = job.arrivals
     total = len(arrivals)
@@ -276,7 +285,10 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
                     ignore_eos=arrivals.ignore_eos,
                 )
                 tracked = TrackedReq(
-                    next_i, req, float(arrivals.arrival_s[next_i]), int(arrivals.max_new_tokens[next_i])
+                    next_i,
+                    req,
+                    float(arrivals.arrival_s[next_i]),
+                    int(arrivals.max_new_tokens[next_i]),
                 )
                 served.append(tracked)
                 sched.enqueue(tracked)
@@ -300,7 +312,8 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
         local[_F_DONE] = finished_local
         rows = job.exchange.all_gather(rank, local, group)
         works = [
-            RankWork(KIND_NAMES[r[_F_KIND]], r[_F_REQS], r[_F_NEW], r[_F_CTX], r[_F_PAIRS]) for r in rows
+            RankWork(KIND_NAMES[r[_F_KIND]], r[_F_REQS], r[_F_NEW], r[_F_CTX], r[_F_PAIRS])
+            for r in rows
         ]
         clock += job.cost.step_time(works)
         step_end.append(clock)
@@ -358,8 +371,14 @@ def lockstep(rank: int, job: RankJob, group: Any, *, progress: Connection | None
         pass_us=np.asarray(rec_pass_us, dtype=np.float32),
         outcome_labels=[k for k, _ in sorted(labels.items(), key=lambda kv: kv[1])],
         requests=[
-            (t.index, t.arrival_s, float(t.first_token_s or float("nan")), float(t.finish_s or float("nan")),
-             len(t.req.output_ids), t.retractions)
+            (
+                t.index,
+                t.arrival_s,
+                float(t.first_token_s or float("nan")),
+                float(t.finish_s or float("nan")),
+                len(t.req.output_ids),
+                t.retractions,
+            )
             for t in served
         ],
         retractions=retractions,
@@ -385,7 +404,11 @@ def run_ranks(job: RankJob, *, on_progress: ProgressFn | None = None) -> list[Ra
     try:
         for rank in range(n):
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main, args=(rank, job, send, parent_pid), name=f"dpbench-twin-rank{rank}")
+            p = ctx.Process(
+                target=_rank_main,
+                args=(rank, job, send, parent_pid),
+                name=f"dpbench-twin-rank{rank}",
+            )
             p.daemon = True
             p.start()
             send.close()
@@ -400,8 +423,10 @@ def run_ranks(job: RankJob, *, on_progress: ProgressFn | None = None) -> list[Ra
                     f"deadline of {job.config.deadline_s:g} s passed; ranks {alive} were still running",
                     rank=alive[0] if alive else None,
                 )
-            ready = wait(list(open_conns) + [p.sentinel for r, p in enumerate(procs) if r not in results],
-                         timeout=min(remaining, 1.0))
+            ready = wait(
+                list(open_conns) + [p.sentinel for r, p in enumerate(procs) if r not in results],
+                timeout=min(remaining, 1.0),
+            )
             for obj in ready:
                 if obj in open_conns:
                     rank = open_conns[obj]
@@ -446,7 +471,9 @@ def _exit_cause(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _raise_first_failure(procs: Sequence[Any], open_conns: dict[Connection, int], first: tuple[int, str] | None) -> None:
+def _raise_first_failure(
+    procs: Sequence[Any], open_conns: dict[Connection, int], first: tuple[int, str] | None
+) -> None:
     """Name the root cause: a rank killed by a signal beats the ranks whose collective then broke."""
     time.sleep(0.3)  # let the other ranks report or exit
     errors: dict[int, str] = {}
@@ -462,14 +489,17 @@ def _raise_first_failure(procs: Sequence[Any], open_conns: dict[Connection, int]
             pass
     for r, p in enumerate(procs):
         if p.exitcode is not None and p.exitcode < 0:
-            raise TwinRankError(f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} (the run was stopped)", rank=r)
+            raise TwinRankError(
+                f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} (the run was stopped)", rank=r
+            )
     if errors:
         r = min(errors) if first is None else first[0]
         raise TwinRankError(f"rank {r} failed: {errors[r].strip()}", rank=r)
     for r, p in enumerate(procs):
         if p.exitcode is not None:
             raise TwinRankError(
-                f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} without reporting a result", rank=r
+                f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} without reporting a result",
+                rank=r,
             )
     raise TwinRankError("a rank stopped without a result or an error")
 

@@ -64,7 +64,11 @@ def _import_sglang(config: TwinConfig) -> tuple[Any, dict[str, Any]]:
     except Exception as exc:
         import sglang
 
-        info = {"version": getattr(sglang, "__version__", None), "commit": None, "generation": str(exc)}
+        info = {
+            "version": getattr(sglang, "__version__", None),
+            "commit": None,
+            "generation": str(exc),
+        }
     info["delayer_generation"] = generation
     return kit, info
 
@@ -74,7 +78,11 @@ def _placement() -> dict[str, Any] | None:
         from dpbench.placement.static import analyse_installed
 
         found = analyse_installed()
-        return {"label": found.label, "source": "static", "negotiation_line": found.negotiation_line}
+        return {
+            "label": found.label,
+            "source": "static",
+            "negotiation_line": found.negotiation_line,
+        }
     except Exception:
         return None
 
@@ -125,12 +133,21 @@ def run_twin(
         exchange: Any = GlooExchange(config.dp_size)
     else:
         exchange = SharedMemoryExchange(mp.get_context("fork"), config.dp_size, config.deadline_s)
-    job = RankJob(config=config, arrivals=arrivals, kv_tokens=kv_tokens, cost=cost, port=free_port(),
-                  make_kit=lambda: kit, exchange=exchange)
+    job = RankJob(
+        config=config,
+        arrivals=arrivals,
+        kv_tokens=kv_tokens,
+        cost=cost,
+        port=free_port(),
+        make_kit=lambda: kit,
+        exchange=exchange,
+    )
     total = len(ordered)
     results = run_ranks(
         job,
-        on_progress=(lambda done, steps, sim: on_progress(done, total, steps, sim)) if on_progress else None,
+        on_progress=(lambda done, steps, sim: on_progress(done, total, steps, sim))
+        if on_progress
+        else None,
     )
     metrics, extra = compute(results, delayer_on=config.scheduler.enable_prefill_delayer)
     wall = time.perf_counter() - t_start
@@ -189,22 +206,32 @@ def timeline(results: list[RankResult]) -> dict[str, Any]:
         "rank_admitted": [r.admitted.tolist() for r in results],
         "rank_chunk_continued": [r.chunk_continued.tolist() for r in results],
         "rank_reported": [r.reported.tolist() for r in results],
-        "rank_false_report": [((r.reported == 1) & (r.allowed == 1) & (r.admitted == 0)).astype(int).tolist()
-                              for r in results],
+        "rank_false_report": [
+            ((r.reported == 1) & (r.allowed == 1) & (r.admitted == 0)).astype(int).tolist()
+            for r in results
+        ],
     }
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m dpbench.twin.run", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m dpbench.twin.run", description=__doc__.splitlines()[0]
+    )
     p.add_argument("spec")
     p.add_argument("--dp", type=int, default=4)
     p.add_argument("--dispatch", choices=DISPATCHES, default="round_robin")
     p.add_argument("--no-delayer", action="store_true")
     p.add_argument("--requests", type=int, default=None, help="override the spec's num_requests")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--kv-tokens", type=int, default=None, help="KV pool per rank (default: planner)")
-    p.add_argument("--chunked-prefill-size", type=int, default=SchedulerSettings().chunked_prefill_size,
-                   help="global --chunked-prefill-size (SGLang divides it by dp_size per rank)")
+    p.add_argument(
+        "--kv-tokens", type=int, default=None, help="KV pool per rank (default: planner)"
+    )
+    p.add_argument(
+        "--chunked-prefill-size",
+        type=int,
+        default=SchedulerSettings().chunked_prefill_size,
+        help="global --chunked-prefill-size (SGLang divides it by dp_size per rank)",
+    )
     p.add_argument("--calibration", default=None)
     p.add_argument("--deadline", type=float, default=600.0)
     p.add_argument("--step-exchange", choices=STEP_EXCHANGES, default="shared_memory")
@@ -223,8 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         dp_size=args.dp,
         dispatch=args.dispatch,
         max_total_tokens_per_rank=args.kv_tokens,
-        scheduler=replace(SchedulerSettings(), enable_prefill_delayer=not args.no_delayer,
-                          chunked_prefill_size=args.chunked_prefill_size),
+        scheduler=replace(
+            SchedulerSettings(),
+            enable_prefill_delayer=not args.no_delayer,
+            chunked_prefill_size=args.chunked_prefill_size,
+        ),
         deadline_s=args.deadline,
         step_exchange=args.step_exchange,
         record_timeline=not args.no_timeline,
@@ -232,17 +262,35 @@ def main(argv: list[str] | None = None) -> int:
 
     def emit(done: int, total: int, steps: int, sim: float) -> None:
         if args.events:
-            print(json.dumps({"event": "progress", "done": done, "total": total, "steps": steps, "sim_s": sim}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "event": "progress",
+                        "done": done,
+                        "total": total,
+                        "steps": steps,
+                        "sim_s": sim,
+                    }
+                ),
+                flush=True,
+            )
 
     try:
-        result = run_twin(args.spec, config, calibration=args.calibration, seed=args.seed,
-                          num_requests=args.requests, on_progress=emit)
+        result = run_twin(
+            args.spec,
+            config,
+            calibration=args.calibration,
+            seed=args.seed,
+            num_requests=args.requests,
+            on_progress=emit,
+        )
     except TwinRankError as exc:
         print(json.dumps({"event": "error", "rank": exc.rank, "message": str(exc)}), flush=True)
         print(f"twin failed: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # a bad spec, model config, calibration or setting: the message says which
+    except (
+        ValueError
+    ) as exc:  # a bad spec, model config, calibration or setting: the message says which
         print(json.dumps({"event": "error", "rank": None, "message": str(exc)}), flush=True)
         print(f"twin: {exc}", file=sys.stderr)
         return 2

@@ -101,7 +101,9 @@ class RankScheduler:
         # SGLang's NewTokenRatioTracker defaults (schedule_conservativeness 1.0).
         self.ratio_init = min(envs.SGLANG_INIT_NEW_TOKEN_RATIO.get(), 1.0)
         self.ratio_min = min(self.ratio_init * envs.SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.get(), 1.0)
-        self.ratio_decay = (self.ratio_init - self.ratio_min) / envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get()
+        self.ratio_decay = (
+            self.ratio_init - self.ratio_min
+        ) / envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get()
         self.retract_decode_steps = envs.SGLANG_RETRACT_DECODE_STEPS.get()
         self.new_token_ratio = self.ratio_init
         self._by_req: dict[int, TrackedReq] = {}
@@ -131,7 +133,9 @@ class RankScheduler:
         continuing = self.chunked is not None
         self.max_prefill_bs.before_pass()
         if self.delayer is not None:
-            executor = new_pass(self.delayer, self.collector, token_usage=self.kv_used / self.kv_capacity)
+            executor = new_pass(
+                self.delayer, self.collector, token_usage=self.kv_used / self.kv_capacity
+            )
         batch, new_chunked = self._prefill_raw(executor)
         admitted = len(batch)
         outcome = None
@@ -153,14 +157,37 @@ class RankScheduler:
                 new_tokens += n
                 ctx += p + n
                 pairs += n * p + n * (n + 1) // 2
-            return PassPlan(KIND_EXTEND, batch, new_tokens, ctx, pairs, outcome, reported, admitted, 0, continuing)
+            return PassPlan(
+                KIND_EXTEND,
+                batch,
+                new_tokens,
+                ctx,
+                pairs,
+                outcome,
+                reported,
+                admitted,
+                0,
+                continuing,
+            )
         retracted = self._make_room_for_decode()
         if self.running:
             ctx = sum(t.kv_tokens + 1 for t in self.running)
-            return PassPlan(KIND_DECODE, list(self.running), len(self.running), ctx, 0, outcome, reported, 0, retracted)
+            return PassPlan(
+                KIND_DECODE,
+                list(self.running),
+                len(self.running),
+                ctx,
+                0,
+                outcome,
+                reported,
+                0,
+                retracted,
+            )
         return PassPlan(KIND_IDLE, [], 0, 0, 0, outcome, reported, 0, retracted)
 
-    def _prefill_raw(self, executor: PassExecutor | None) -> tuple[list[TrackedReq], TrackedReq | None]:
+    def _prefill_raw(
+        self, executor: PassExecutor | None
+    ) -> tuple[list[TrackedReq], TrackedReq | None]:
         """SGLang's ``_get_new_batch_prefill_raw``: the admitted batch and the next chunked request."""
         kit = self.kit
         if self.running == [] and self.batch_is_full:
@@ -223,7 +250,10 @@ class RankScheduler:
         # SGLang's retraction order: keep long outputs, retract short-output/long-input first.
         order = sorted(
             range(len(self.running)),
-            key=lambda i: (len(self.running[i].req.output_ids), -len(self.running[i].req.origin_input_ids)),
+            key=lambda i: (
+                len(self.running[i].req.output_ids),
+                -len(self.running[i].req.origin_input_ids),
+            ),
             reverse=True,
         )
         retracted = []
@@ -238,7 +268,9 @@ class RankScheduler:
         reqs = [t.req for t in self.running]
         decoded = sum(len(r.output_ids) for r in reqs)
         max_new = sum(r.sampling_params.max_new_tokens for r in reqs)
-        self.new_token_ratio = min(1.0, (decoded + self.retract_decode_steps * len(reqs)) / (max_new + 1))
+        self.new_token_ratio = min(
+            1.0, (decoded + self.retract_decode_steps * len(reqs)) / (max_new + 1)
+        )
         self.waiting.extend(retracted)
         self.batch_is_full = False
         return len(retracted)

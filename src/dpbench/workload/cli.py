@@ -49,7 +49,9 @@ app = typer.Typer(
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-NameArg = Annotated[str, typer.Argument(help="a shipped spec name (see `list`) or a path to a YAML spec")]
+NameArg = Annotated[
+    str, typer.Argument(help="a shipped spec name (see `list`) or a path to a YAML spec")
+]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="seed (default: the spec's)")]
 
 
@@ -67,7 +69,9 @@ def _generate(spec: WorkloadSpec, seed: int | None):
     with progress(transient=True) as bar:
         task = bar.add_task(f"generating {spec.name}", total=spec.num_requests)
         cols = generate_columns(spec, seed)
-        reqs = to_requests(cols, ignore_eos=spec.ignore_eos, on_progress=lambda k: bar.advance(task, k))
+        reqs = to_requests(
+            cols, ignore_eos=spec.ignore_eos, on_progress=lambda k: bar.advance(task, k)
+        )
     return cols, reqs
 
 
@@ -106,17 +110,27 @@ def show(name: NameArg, seed: SeedOpt = None) -> None:
     out.print(f"[bold]{spec.name}[/bold]: {spec.description}")
     out.print(f"  hash             {spec_hash(spec)}")
     out.print(f"  model            {spec.model}")
-    out.print(f"  requests         {spec.num_requests:,}  (seed {spec.seed if seed is None else seed})")
-    out.print(f"  input_len        {distributions.describe(spec.input_len)}"
-              f"  (mean {distributions.mean_length(spec.input_len):,.0f})")
-    out.print(f"  output_len       {distributions.describe(spec.output_len)}"
-              f"  (mean {distributions.mean_length(spec.output_len):,.0f}), ignore_eos {spec.ignore_eos}")
+    out.print(
+        f"  requests         {spec.num_requests:,}  (seed {spec.seed if seed is None else seed})"
+    )
+    out.print(
+        f"  input_len        {distributions.describe(spec.input_len)}"
+        f"  (mean {distributions.mean_length(spec.input_len):,.0f})"
+    )
+    out.print(
+        f"  output_len       {distributions.describe(spec.output_len)}"
+        f"  (mean {distributions.mean_length(spec.output_len):,.0f}), ignore_eos {spec.ignore_eos}"
+    )
     if spec.shared_prefix:
         sp = spec.shared_prefix
-        out.print(f"  shared prefix    {sp.share:.0%} in {sp.groups} group(s) of {sp.prefix_len:,} tokens")
+        out.print(
+            f"  shared prefix    {sp.share:.0%} in {sp.groups} group(s) of {sp.prefix_len:,} tokens"
+        )
     if spec.sessions:
-        out.print(f"  sessions         turns {distributions.describe(spec.sessions.turns)}, "
-                  f"think time {distributions.describe(spec.sessions.think_time_s)} s")
+        out.print(
+            f"  sessions         turns {distributions.describe(spec.sessions.turns)}, "
+            f"think time {distributions.describe(spec.sessions.think_time_s)} s"
+        )
     starts = " (session starts)" if spec.sessions else ""
     out.print(f"  arrival          {arrivals.describe(spec.arrival)}{starts}")
     out.print(f"  target KV util   {spec.target_kv_util:.0%} at DP {spec.dp_size}")
@@ -125,24 +139,36 @@ def show(name: NameArg, seed: SeedOpt = None) -> None:
     out.print(f"  arrivals         span {s.span_s:,.1f} s, mean rate {rate}")
     out.print(f"  input_len        {s.input_len.line()}")
     out.print(f"  max_new_tokens   {s.output_len.line()}")
-    out.print(f"  prompt tokens    {s.prompt_tokens:,} ({s.shared_prefix_tokens:,} in shared prefixes, "
-              f"{s.prefix_share:.0%} of requests in {s.prefix_groups} group(s)); "
-              f"output tokens {s.output_tokens:,}")
+    out.print(
+        f"  prompt tokens    {s.prompt_tokens:,} ({s.shared_prefix_tokens:,} in shared prefixes, "
+        f"{s.prefix_share:.0%} of requests in {s.prefix_groups} group(s)); "
+        f"output tokens {s.output_tokens:,}"
+    )
     if s.sessions:
-        out.print(f"  sessions         {s.sessions:,} ({s.requests / s.sessions:.1f} turns on average)")
+        out.print(
+            f"  sessions         {s.sessions:,} ({s.requests / s.sessions:.1f} turns on average)"
+        )
     out.print("[bold]KV plan[/bold]")
-    out.print(f"  --max-total-tokens {plan.max_total_tokens_per_rank:,} per rank = "
-              f"{plan.gib_per_rank:.2f} GiB per rank ({plan.model_name}, {plan.dispatch}); "
-              f"`dpbench workload plan {spec.name} --dp {spec.dp_size}` shows the arithmetic")
+    out.print(
+        f"  --max-total-tokens {plan.max_total_tokens_per_rank:,} per rank = "
+        f"{plan.gib_per_rank:.2f} GiB per rank ({plan.model_name}, {plan.dispatch}); "
+        f"`dpbench workload plan {spec.name} --dp {spec.dp_size}` shows the arithmetic"
+    )
 
 
 @app.command()
 def gen(
     name: NameArg,
-    output: Annotated[Path, typer.Option("-o", "--output", help="JSONL file to write (atomically)")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="JSONL file to write (atomically)")
+    ],
     seed: SeedOpt = None,
-    num_requests: Annotated[int | None, typer.Option("--num-requests", help="override the spec's count")] = None,
-    token_ids: Annotated[bool, typer.Option("--token-ids", help="also write each prompt's input_ids")] = False,
+    num_requests: Annotated[
+        int | None, typer.Option("--num-requests", help="override the spec's count")
+    ] = None,
+    token_ids: Annotated[
+        bool, typer.Option("--token-ids", help="also write each prompt's input_ids")
+    ] = False,
 ) -> None:
     """Generate the spec's trace as JSONL (same spec + seed → byte-identical file)."""
     with _clean_errors():
@@ -153,7 +179,9 @@ def gen(
         with progress() as bar:
             task = bar.add_task(f"generating {spec.name}", total=spec.num_requests)
             cols = generate_columns(spec, seed)
-            reqs = to_requests(cols, ignore_eos=spec.ignore_eos, on_progress=lambda k: bar.advance(task, k))
+            reqs = to_requests(
+                cols, ignore_eos=spec.ignore_eos, on_progress=lambda k: bar.advance(task, k)
+            )
             wtask = bar.add_task(f"writing {output.name}", total=len(reqs))
             write_trace(reqs, output, vocab_size=vocab, on_progress=lambda k: bar.advance(wtask, k))
     digest = hashlib.sha256(output.read_bytes()).hexdigest()
@@ -166,25 +194,39 @@ def gen(
 
 def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str) -> None:
     """The plan with every input, so a reader can redo the arithmetic by hand."""
-    out.print(f"[bold]KV plan[/bold]: {plan.workload} on {plan.model_name}, DP {plan.dp_size}, "
-              f"dispatch {plan.dispatch}")
+    out.print(
+        f"[bold]KV plan[/bold]: {plan.workload} on {plan.model_name}, DP {plan.dp_size}, "
+        f"dispatch {plan.dispatch}"
+    )
     out.print("[bold]inputs[/bold]")
-    out.print(f"  trace              {plan.num_requests:,} requests from {trace_source} (seed {seed}, "
-              f"spec {spec_hash(spec)})")
+    out.print(
+        f"  trace              {plan.num_requests:,} requests from {trace_source} (seed {seed}, "
+        f"spec {spec_hash(spec)})"
+    )
     out.print(f"  model              {plan.model_path}")
     if plan.is_mla:
-        out.print(f"                     MLA: kv_lora_rank {plan.kv_lora_rank}, qk_rope_head_dim "
-                  f"{plan.qk_rope_head_dim}, num_hidden_layers {plan.num_hidden_layers}")
+        out.print(
+            f"                     MLA: kv_lora_rank {plan.kv_lora_rank}, qk_rope_head_dim "
+            f"{plan.qk_rope_head_dim}, num_hidden_layers {plan.num_hidden_layers}"
+        )
     else:
-        out.print(f"                     num_key_value_heads {plan.num_key_value_heads}, head_dim "
-                  f"{plan.head_dim}, num_hidden_layers {plan.num_hidden_layers}")
+        out.print(
+            f"                     num_key_value_heads {plan.num_key_value_heads}, head_dim "
+            f"{plan.head_dim}, num_hidden_layers {plan.num_hidden_layers}"
+        )
     out.print(f"  KV dtype           {plan.dtype_bytes} B per element")
     out.print(f"  KV bytes/token     {plan.bytes_formula()}")
     out.print(f"  target util        {plan.target_util:g}")
     out.print(f"  service model      {plan.service_assumption()}")
     table = Table(title="peak KV demand per DP rank", title_justify="left")
-    for col in ("rank", "requests", "peak KV tokens", "peak at (s)", "requests held at peak",
-                "util at planned size"):
+    for col in (
+        "rank",
+        "requests",
+        "peak KV tokens",
+        "peak at (s)",
+        "requests held at peak",
+        "util at planned size",
+    ):
         table.add_column(col, justify="right")
     for rank in range(plan.dp_size):
         table.add_row(
@@ -200,48 +242,79 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
     raw = pool_tokens(peak, plan.target_util)
     out.print("[bold]result[/bold] (one --max-total-tokens for every rank, sized from the busiest)")
     out.print(f"  busiest rank       {plan.busiest_rank}: peak {peak:,} tokens")
-    rounding = (f", rounded up to a multiple of page size {plan.page_size}"
-                if plan.page_size > 1 and raw != plan.max_total_tokens_per_rank else "")
-    out.print(f"  max-total-tokens   ceil({peak:,} / {plan.target_util:g}) = "
-              f"{plan.max_total_tokens_per_rank:,} tokens per rank{rounding}")
-    out.print(f"  KV memory          {plan.max_total_tokens_per_rank:,} × {plan.bytes_per_token:,} B = "
-              f"{plan.bytes_per_rank:,} B = {plan.gib_per_rank:.2f} GiB per rank "
-              f"(1 GiB = {GIB:,} B)")
-    out.print(f"  SGLang flags       --dp-size {plan.dp_size} --enable-dp-attention "
-              f"--load-balance-method {SGLANG_LOAD_BALANCE_METHOD[plan.dispatch]} "
-              f"--max-total-tokens {plan.max_total_tokens_per_rank}")
+    rounding = (
+        f", rounded up to a multiple of page size {plan.page_size}"
+        if plan.page_size > 1 and raw != plan.max_total_tokens_per_rank
+        else ""
+    )
+    out.print(
+        f"  max-total-tokens   ceil({peak:,} / {plan.target_util:g}) = "
+        f"{plan.max_total_tokens_per_rank:,} tokens per rank{rounding}"
+    )
+    out.print(
+        f"  KV memory          {plan.max_total_tokens_per_rank:,} × {plan.bytes_per_token:,} B = "
+        f"{plan.bytes_per_rank:,} B = {plan.gib_per_rank:.2f} GiB per rank "
+        f"(1 GiB = {GIB:,} B)"
+    )
+    out.print(
+        f"  SGLang flags       --dp-size {plan.dp_size} --enable-dp-attention "
+        f"--load-balance-method {SGLANG_LOAD_BALANCE_METHOD[plan.dispatch]} "
+        f"--max-total-tokens {plan.max_total_tokens_per_rank}"
+    )
     lowest = min(plan.util_at_peak_per_rank)
-    out.print(f"  per-rank peaks     {lowest:.1%} .. {max(plan.util_at_peak_per_rank):.1%} of the pool "
-              f"(busiest rank at the target)")
+    out.print(
+        f"  per-rank peaks     {lowest:.1%} .. {max(plan.util_at_peak_per_rank):.1%} of the pool "
+        f"(busiest rank at the target)"
+    )
 
 
 @app.command()
 def plan(
     name: NameArg,
-    dp: Annotated[int | None, typer.Option("--dp", min=1, help="DP size (default: the spec's)")] = None,
-    dispatch: Annotated[str | None, typer.Option(
-        "--dispatch", help=f"one of {', '.join(DISPATCH_POLICIES)} (default: the spec's)")] = None,
-    model: Annotated[str | None, typer.Option(
-        "--model", help="model config name or path (default: the spec's)")] = None,
-    target_util: Annotated[float | None, typer.Option(
-        "--target-util", help="KV utilization at peak, in (0, 1] (default: the spec's)")] = None,
-    kv_dtype: Annotated[str | None, typer.Option(
-        "--kv-dtype", help=f"one of {', '.join(KV_DTYPE_BYTES)} (default: the spec's)")] = None,
+    dp: Annotated[
+        int | None, typer.Option("--dp", min=1, help="DP size (default: the spec's)")
+    ] = None,
+    dispatch: Annotated[
+        str | None,
+        typer.Option(
+            "--dispatch", help=f"one of {', '.join(DISPATCH_POLICIES)} (default: the spec's)"
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="model config name or path (default: the spec's)")
+    ] = None,
+    target_util: Annotated[
+        float | None,
+        typer.Option(
+            "--target-util", help="KV utilization at peak, in (0, 1] (default: the spec's)"
+        ),
+    ] = None,
+    kv_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-dtype", help=f"one of {', '.join(KV_DTYPE_BYTES)} (default: the spec's)"
+        ),
+    ] = None,
     seed: SeedOpt = None,
-    trace: Annotated[Path | None, typer.Option(
-        "--trace", help="plan an existing JSONL trace instead of generating one")] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option("--trace", help="plan an existing JSONL trace instead of generating one"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Peak KV demand per DP rank and the --max-total-tokens that puts it at the target."""
     if dispatch is not None and dispatch not in DISPATCH_POLICIES:
-        raise typer.BadParameter(f"found {dispatch!r}; allowed: {', '.join(DISPATCH_POLICIES)}",
-                                 param_hint="--dispatch")
+        raise typer.BadParameter(
+            f"found {dispatch!r}; allowed: {', '.join(DISPATCH_POLICIES)}", param_hint="--dispatch"
+        )
     if kv_dtype is not None and kv_dtype not in KV_DTYPE_BYTES:
-        raise typer.BadParameter(f"found {kv_dtype!r}; allowed: {', '.join(KV_DTYPE_BYTES)}",
-                                 param_hint="--kv-dtype")
+        raise typer.BadParameter(
+            f"found {kv_dtype!r}; allowed: {', '.join(KV_DTYPE_BYTES)}", param_hint="--kv-dtype"
+        )
     if target_util is not None and not 0 < target_util <= 1:
-        raise typer.BadParameter(f"found {target_util!r}; allowed: a number in (0, 1]",
-                                 param_hint="--target-util")
+        raise typer.BadParameter(
+            f"found {target_util!r}; allowed: a number in (0, 1]", param_hint="--target-util"
+        )
     with _clean_errors():
         spec = load_spec(name)
         if model is not None:
@@ -253,7 +326,10 @@ def plan(
             source = "the spec"
             cols, _ = _generate(spec, seed)
         result = plan_kv(
-            spec, cols, dp or spec.dp_size, dispatch or spec.planner.dispatch,
+            spec,
+            cols,
+            dp or spec.dp_size,
+            dispatch or spec.planner.dispatch,
             target_util=target_util,
             dtype_bytes=KV_DTYPE_BYTES[kv_dtype] if kv_dtype else None,
         )

@@ -110,9 +110,7 @@ class ModelConfig:
 def _require_int(cfg: dict, key: str, path: Path, *, minimum: int = 1) -> int:
     value = cfg.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ModelConfigError(
-            f"{path}: `{key}` must be an integer ≥ {minimum}; found {value!r}"
-        )
+        raise ModelConfigError(f"{path}: `{key}` must be an integer ≥ {minimum}; found {value!r}")
     return value
 
 
@@ -121,7 +119,9 @@ def _optional_int(cfg: dict, key: str, path: Path) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ModelConfigError(f"{path}: `{key}` must be a non-negative integer or null; found {value!r}")
+        raise ModelConfigError(
+            f"{path}: `{key}` must be a non-negative integer or null; found {value!r}"
+        )
     return value
 
 

@@ -172,7 +172,9 @@ def assign_ranks(
     if dispatch == "round_robin":
         return np.arange(n, dtype=np.int64) % dp_size
     if dispatch not in DISPATCH_POLICIES:
-        raise ValueError(f"dispatch must be one of {', '.join(DISPATCH_POLICIES)}; found {dispatch!r}")
+        raise ValueError(
+            f"dispatch must be one of {', '.join(DISPATCH_POLICIES)}; found {dispatch!r}"
+        )
     by_tokens = dispatch == "total_tokens"
     held = [0] * dp_size
     held_tokens = [0] * dp_size
@@ -240,7 +242,9 @@ def rank_peaks(
             times += [gs, ge]
             deltas += [np.full(len(gs), length), np.full(len(ge), -length)]
             counts += [np.zeros(len(gs), dtype=np.int64)] * 2
-        peak, at, held = _peak(np.concatenate(times), np.concatenate(deltas), np.concatenate(counts))
+        peak, at, held = _peak(
+            np.concatenate(times), np.concatenate(deltas), np.concatenate(counts)
+        )
         peaks.append(peak)
         when.append(at)
         reqs.append(held)
@@ -265,7 +269,9 @@ def plan_kv(
     if dp_size < 1:
         raise ValueError(f"dp_size must be ≥ 1; found {dp_size!r}")
     if dispatch not in DISPATCH_POLICIES:
-        raise ValueError(f"dispatch must be one of {', '.join(DISPATCH_POLICIES)}; found {dispatch!r}")
+        raise ValueError(
+            f"dispatch must be one of {', '.join(DISPATCH_POLICIES)}; found {dispatch!r}"
+        )
     util = spec.target_kv_util if target_util is None else target_util
     if not 0 < util <= 1:
         raise ValueError(f"target utilization must be in (0, 1]; found {util!r}")
@@ -281,7 +287,9 @@ def plan_kv(
     p = spec.planner
     hold = cols.input_len / p.prefill_tokens_per_s + cols.max_new_tokens / p.decode_tokens_per_s
     concurrency = spec.arrival.concurrency if isinstance(spec.arrival, ClosedLoopArrivals) else None
-    starts = closed_loop_starts(hold, concurrency) if concurrency else cols.arrival_s.astype(np.float64)
+    starts = (
+        closed_loop_starts(hold, concurrency) if concurrency else cols.arrival_s.astype(np.float64)
+    )
     order = np.argsort(starts, kind="stable")
     if not np.array_equal(order, np.arange(len(order))):
         cols = TraceColumns(**{f.name: getattr(cols, f.name)[order] for f in fields(TraceColumns)})

@@ -65,7 +65,9 @@ def _stream_key(kind: int, index: int) -> np.uint64:
 
 
 def _id_key(request_id: str) -> np.uint64:
-    return np.uint64(int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "little"))
+    return np.uint64(
+        int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "little")
+    )
 
 
 def stream_tokens(key: np.uint64, count: int, vocab_size: int) -> np.ndarray:
@@ -260,8 +262,17 @@ def to_requests(
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
         reqs.extend(
-            TraceRequest(ids[i], arrival[i], input_len[i], group[i], prefix_len[i], out[i],
-                         ignore_eos, session[i], turn[i])
+            TraceRequest(
+                ids[i],
+                arrival[i],
+                input_len[i],
+                group[i],
+                prefix_len[i],
+                out[i],
+                ignore_eos,
+                session[i],
+                turn[i],
+            )
             for i in range(lo, hi)
         )
         if on_progress is not None:
@@ -273,7 +284,9 @@ def generate_trace(
     spec: WorkloadSpec, seed: int | None = None, *, on_progress: OnProgress | None = None
 ) -> list[TraceRequest]:
     """The requests of ``spec`` (with ``seed`` instead of ``spec.seed`` when given)."""
-    return to_requests(generate_columns(spec, seed), ignore_eos=spec.ignore_eos, on_progress=on_progress)
+    return to_requests(
+        generate_columns(spec, seed), ignore_eos=spec.ignore_eos, on_progress=on_progress
+    )
 
 
 def columns_of(reqs: Iterable[TraceRequest]) -> TraceColumns:
@@ -286,7 +299,9 @@ def columns_of(reqs: Iterable[TraceRequest]) -> TraceColumns:
     return TraceColumns(
         arrival_s=col((r.arrival_s for r in reqs), np.float64),
         input_len=col((r.input_len for r in reqs), np.int64),
-        prefix_group=col((-1 if r.prefix_group is None else r.prefix_group for r in reqs), np.int64),
+        prefix_group=col(
+            (-1 if r.prefix_group is None else r.prefix_group for r in reqs), np.int64
+        ),
         prefix_len=col((r.prefix_len for r in reqs), np.int64),
         max_new_tokens=col((r.max_new_tokens for r in reqs), np.int64),
         session=col((-1 if r.session is None else r.session for r in reqs), np.int64),
@@ -326,9 +341,11 @@ def write_trace(
     with atomic_open(target, "w", encoding="utf-8", newline="\n") as fh:
         for lo in range(0, len(reqs), _CHUNK):
             chunk = reqs[lo : lo + _CHUNK]
-            fh.write("".join(
-                _line(r, None if vocab_size is None else r.token_ids(vocab_size)) for r in chunk
-            ))
+            fh.write(
+                "".join(
+                    _line(r, None if vocab_size is None else r.token_ids(vocab_size)) for r in chunk
+                )
+            )
             if on_progress is not None:
                 on_progress(len(chunk))
     return target
@@ -357,7 +374,9 @@ def _parse_line(text: str, where: str) -> TraceRequest:
     values = {}
     for key, (kind, nullable) in _FIELDS.items():
         if key not in obj:
-            raise TraceFormatError(f"{where}: missing key {key!r}; each line needs {', '.join(_FIELDS)}")
+            raise TraceFormatError(
+                f"{where}: missing key {key!r}; each line needs {', '.join(_FIELDS)}"
+            )
         value = obj[key]
         if value is None and nullable:
             values[key] = None
@@ -368,8 +387,12 @@ def _parse_line(text: str, where: str) -> TraceRequest:
             else isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
         )
         if not ok or (kind is int and value < 0):
-            allowed = {int: "a non-negative integer", float: "a number", bool: "true or false",
-                       str: "a string"}[kind] + (" or null" if nullable else "")
+            allowed = {
+                int: "a non-negative integer",
+                float: "a number",
+                bool: "true or false",
+                str: "a string",
+            }[kind] + (" or null" if nullable else "")
             raise TraceFormatError(f"{where}: {key!r} is {value!r}; allowed: {allowed}")
         values[key] = float(value) if kind is float else value
     req = TraceRequest(**values)
@@ -412,8 +435,10 @@ def _fast_requests(objs: list[object]) -> list[TraceRequest] | None:
     for key, allowed in _COLUMN_TYPES.items():
         if not set(map(type, cols[key])) <= allowed:
             return None
-    ints = {k: np.array([-1 if v is None else v for v in cols[k]], dtype=np.int64)
-            for k in ("input_len", "prefix_len", "max_new_tokens", "prefix_group", "session", "turn")}
+    ints = {
+        k: np.array([-1 if v is None else v for v in cols[k]], dtype=np.int64)
+        for k in ("input_len", "prefix_len", "max_new_tokens", "prefix_group", "session", "turn")
+    }
     if (
         any(a.min() < -1 for a in ints.values())
         or ints["prefix_len"].min() < 0
@@ -430,9 +455,18 @@ def _fast_requests(objs: list[object]) -> list[TraceRequest] | None:
     arrival = [float(v) for v in cols["arrival_s"]]
     return [
         TraceRequest(*row)
-        for row in zip(cols["id"], arrival, cols["input_len"], cols["prefix_group"],
-                       cols["prefix_len"], cols["max_new_tokens"], cols["ignore_eos"],
-                       cols["session"], cols["turn"], strict=True)
+        for row in zip(
+            cols["id"],
+            arrival,
+            cols["input_len"],
+            cols["prefix_group"],
+            cols["prefix_len"],
+            cols["max_new_tokens"],
+            cols["ignore_eos"],
+            cols["session"],
+            cols["turn"],
+            strict=True,
+        )
     ]
 
 
