@@ -390,7 +390,8 @@ def wheels(
         typer.Option(help="folder to fill (ignored by git; name it in the device run's carry)"),
     ] = Path(".whl/kernels"),
     sglang: Annotated[
-        list[str] | None, typer.Option(help="SGLang release(s) whose wheel to bring (default: 0.5.23 0.5.16)")
+        list[str] | None,
+        typer.Option(help="SGLang release(s) whose wheel to bring (default: 0.5.23 0.5.16)"),
     ] = None,
     python_version: Annotated[str, typer.Option(help="the GPU machine's Python")] = "3.12",
 ) -> None:
