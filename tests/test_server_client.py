@@ -9,8 +9,8 @@ import urllib.request
 import numpy as np
 import pytest
 
+from dpbench.procs import free_port
 from dpbench.server.client import DONE, GenerateRequest, Malformed, parse_sse_line
-from dpbench.server.launcher import free_port
 from dpbench.server.loadgen import Schedule, ScheduleError, drive
 from dpbench.server.metrics import ScrapeError, Snapshot, scrape, server_metrics
 from dpbench.server.protocol_double import FAULTS, DoubleConfig, DoubleThread

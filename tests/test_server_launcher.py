@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from dpbench.procs import free_port, group_members
 from dpbench.server.launcher import (
     GpuRequirementError,
     ServerProcess,
     ServerStartError,
     check_gpus,
-    free_port,
-    group_members,
 )
 
 # A "server" that ignores SIGTERM and has a child (also ignoring SIGTERM) in its group.

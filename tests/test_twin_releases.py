@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dpbench.procs import children
+
 pytestmark = pytest.mark.sglang
 
 SPEC = "long-prompt-burst"
@@ -101,21 +103,6 @@ def test_gloo_step_exchange_matches_shared_memory(runs, release_env, tmp_path):
     assert first == {k: v for k, v in gloo["metrics"].items() if k not in WALL_METRICS}
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            kids.append(int(entry))
-    return kids
-
-
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -151,7 +138,7 @@ def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
         for line in proc.stdout:  # wait until the ranks are stepping
             if json.loads(line).get("event") == "progress":
                 break
-        ranks = _children(proc.pid)
+        ranks = children(proc.pid)
         assert len(ranks) == 2, f"expected 2 rank processes under {proc.pid}, found {ranks}"
         victim = ranks[1]
         os.kill(victim, signal.SIGKILL)

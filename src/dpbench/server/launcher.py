@@ -18,12 +18,10 @@ own subprocesses set the same on themselves.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -35,7 +33,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO
 
-PR_SET_PDEATHSIG = 1
+from dpbench.procs import die_with_parent, group_members
 
 
 class ServerStartError(RuntimeError):
@@ -53,37 +51,6 @@ class TerminatedBySignal(SystemExit):
     its callbacks; any other BaseException raised by the signal handler while the event
     loop runs a callback would be logged and swallowed, and the run would go on.
     """
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL me when the process that started me dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def group_members(pgid: int) -> list[int]:
-    """PIDs whose process group is ``pgid`` (read from /proc; zombies excluded)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # fields after the parenthesised command: state ppid pgrp ...
-        rest = stat.rsplit(")", 1)[1].split()
-        if int(rest[2]) == pgid and rest[0] != "Z":
-            pids.append(int(entry))
-    return pids
 
 
 @dataclass(frozen=True)
@@ -202,7 +169,7 @@ class ServerProcess:
             env=env,
             cwd=self.cwd,
             start_new_session=True,  # own process group: one killpg reaches every child
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self._install_sigterm()
         return self

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.paths import results_dir
+from dpbench.procs import free_port
 from dpbench.results import Metric, make_run_result
 from dpbench.server.client import GenerateRequest, RequestOutcome
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
-from dpbench.server.launcher import ServerProcess, check_gpus, free_port
+from dpbench.server.launcher import ServerProcess, check_gpus
 from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
 from dpbench.server.stats import Slo, per_rank_counts, summarize

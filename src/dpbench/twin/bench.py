@@ -25,9 +25,9 @@ def saturated_rank(
     import torch.distributed as dist
     from sglang.srt.managers import prefill_delayer as pd
 
+    from dpbench.procs import free_port
     from dpbench.sglang_compat import delayer as compat
     from dpbench.sglang_compat.adder import AdderKit
-    from dpbench.twin.ranks import free_port
 
     settings = SchedulerSettings()
     owned = not dist.is_initialized()

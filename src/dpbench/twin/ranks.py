@@ -26,11 +26,9 @@ that names the rank and the cause.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing as mp
 import os
 import signal
-import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -40,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from dpbench.procs import die_with_parent
 from dpbench.twin.config import TwinConfig
 from dpbench.twin.cost import ExecutionTimeModel, RankWork
 from dpbench.twin.scheduler import KIND_EXTEND, KIND_IDLE, KIND_NAMES, RankScheduler, TrackedReq
@@ -56,12 +55,6 @@ class TwinRankError(RuntimeError):
     def __init__(self, message: str, *, rank: int | None = None) -> None:
         super().__init__(message)
         self.rank = rank
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -167,18 +160,9 @@ class RankResult:
     max_prefill_bs_kind: str
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the parent dies (no orphaned ranks)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and reaps us
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent_pid:
         os._exit(3)
     try:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from dpbench.procs import free_port
 from dpbench.twin.config import DISPATCHES, STEP_EXCHANGES, SchedulerSettings, TwinConfig
 from dpbench.twin.cost import make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
@@ -31,7 +32,6 @@ from dpbench.twin.ranks import (
     RankJob,
     RankResult,
     SharedMemoryExchange,
-    free_port,
     run_ranks,
 )
 

@@ -1,0 +1,52 @@
+"""Process housekeeping shared by the tiers: free loopback ports, parent-death signals, /proc scans."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """In a child: ask Linux to SIGKILL this process when its parent dies (no orphans)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _live_processes() -> Iterator[tuple[int, int, int]]:
+    """(pid, ppid, pgrp) of every process that is not a zombie, read from /proc."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # fields after the parenthesised command: state ppid pgrp ...
+        rest = stat.rsplit(")", 1)[1].split()
+        if rest[0] != "Z":
+            yield int(entry), int(rest[1]), int(rest[2])
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs whose process group is ``pgid`` (zombies excluded)."""
+    return [pid for pid, _, pgrp in _live_processes() if pgrp == pgid]
+
+
+def children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (zombies excluded)."""
+    return [p for p, ppid, _ in _live_processes() if ppid == pid]
