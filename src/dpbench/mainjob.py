@@ -8,6 +8,7 @@ could run by hand; this only strings them together with progress.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,12 +29,33 @@ DEFAULT_BENCH = r"^(placement|twin)\."
 console = Console(stderr=True)
 
 
-def _run(cmd: list[str], *, cwd: Path, check: bool = True, quiet: bool = False) -> int:
-    """Run a step in its own process group, streaming its output; reap it on Ctrl-C."""
+# asv walks every folder under results/ for machine.json, including our run files'
+# results/runs/<commit>/<tier>/ folders, and warns once per folder; those lines say nothing.
+RUN_FILE_NOISE = re.compile(r"Skipping results: could not load .*/runs/[0-9a-f]+/\w+/machine\.json")
+
+
+def _run(
+    cmd: list[str],
+    *,
+    cwd: Path,
+    check: bool = True,
+    quiet: bool = False,
+    drop: re.Pattern[str] | None = None,
+) -> int:
+    """Run a step in its own process group, streaming its output; reap it on Ctrl-C.
+
+    ``quiet`` discards its stdout; ``drop`` filters out the stdout lines it matches.
+    """
     console.print(f"[bold cyan]$[/] {' '.join(cmd)}")
-    out = subprocess.DEVNULL if quiet else None
-    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, stdout=out)
+    out = subprocess.DEVNULL if quiet else (subprocess.PIPE if drop else None)
+    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, stdout=out, text=drop is not None)
     try:
+        if drop is not None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if not drop.search(line):
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
         rc = proc.wait()
     except BaseException:
         _kill_group(proc)
@@ -79,7 +101,7 @@ def bench_command(
         run.append("--skip-existing-successful")  # failed ones are retried
     # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
     run_rc = _run([*run, "ALL"], cwd=root, check=False)
-    _run([*asv, "publish", *conf], cwd=root)
+    _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
     site = None
     try:
         from dpbench.dashboard import build as dashboard_build
