@@ -17,6 +17,9 @@ from dpbench.server.launcher import ServerProcess
 from dpbench.server.run import RunOptions, execute, prepare
 from dpbench.server.stats import Slo
 
+# whose bench_serving client-bench compares against by default
+BENCH_SERVING_RELEASE = "0.5.23"
+
 app = typer.Typer(
     help="Server tier: a real sglang.launch_server in DP-attention mode, driven by a workload trace.",
     no_args_is_help=True,
@@ -246,7 +249,10 @@ def launch(
 @app.command("client-bench")
 def client_bench(
     sglang_python: Annotated[
-        str | None, typer.Option(help="interpreter whose SGLang provides bench_serving")
+        str | None,
+        typer.Option(
+            help="interpreter whose SGLang provides bench_serving (default: the 0.5.23 release env)"
+        ),
     ] = None,
     requests: int = 3000,
     concurrency: int = 1000,
@@ -275,6 +281,17 @@ def client_bench(
         itl_s=itl_ms / 1e3,
     )
     env = {"PYTHONPATH": extra_pythonpath} if extra_pythonpath else None
+    if sglang_python is None:
+        from dpbench.envs.venv import env_path
+
+        built = env_path(BENCH_SERVING_RELEASE) / "bin" / "python"
+        if built.exists():
+            sglang_python = str(built)
+        else:
+            console().print(
+                f"[yellow]bench_serving not run: no SGLang interpreter; pass --sglang-python or build "
+                f"one with `dpbench env create {BENCH_SERVING_RELEASE}`[/]"
+            )
     res = compare(cfg, sglang_python=sglang_python, extra_env=env, repeats=repeats)
     table = Table(
         title=f"{concurrency} concurrent streams, {requests} requests, first token {first_token_delay_ms:g} ms, "
