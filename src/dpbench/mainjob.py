@@ -7,6 +7,7 @@ could run by hand; this only strings them together with progress.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -14,12 +15,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from dpbench import releases
 from dpbench.paths import project_root
+from dpbench.procs import descendants
 
 # The embedded default: the CPU tiers that depend on SGLang. Kernel and server benchmarks
 # skip without GPUs anyway; the workload benchmarks measure dpbench itself, not SGLang, so
@@ -65,17 +68,42 @@ def _run(
     return rc
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM the step's group (asv then stops its own benchmark processes), then SIGKILL leftovers.
+
+    asv starts benchmarks and installs in process groups of their own, so the whole
+    process tree is snapshotted first and anything still alive after the grace period is
+    killed by PID.
+    """
+    tree = descendants(proc.pid)
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+        if sig == signal.SIGKILL:
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         try:
             proc.wait(timeout=wait)
-            return
         except subprocess.TimeoutExpired:
             continue
+        if sig == signal.SIGTERM and not any(_alive(p) for p in tree):
+            return
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _sigterm_to_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def bench_command(
@@ -86,6 +114,8 @@ def bench_command(
     rerun: bool = typer.Option(False, help="re-run benchmarks that already have results"),
 ) -> None:
     """The main job: asv over SGLang releases (CPU tiers), then asv's site and the dashboard."""
+    # `kill` (or a CI timeout) must stop asv and its benchmarks too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _sigterm_to_exit)
     root = project_root()
     asv = [sys.executable, "-m", "asv"]
     conf = ["--config", str(root / "asv.releases.json")]

@@ -50,3 +50,16 @@ def group_members(pgid: int) -> list[int]:
 def children(pid: int) -> list[int]:
     """PIDs whose parent is ``pid`` (zombies excluded)."""
     return [p for p, ppid, _ in _live_processes() if ppid == pid]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, grandchildren, …), whatever their process group."""
+    table = [(p, ppid) for p, ppid, _ in _live_processes()]
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [p for p, ppid in table if ppid == parent]
+        found += kids
+        frontier += kids
+    return found

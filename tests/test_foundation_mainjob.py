@@ -1,0 +1,84 @@
+"""The main job's step runner: Ctrl-C or SIGTERM stops a step and every process under it.
+
+asv starts benchmarks and installs in process groups of their own, so a step's tree is
+modelled here by a leader that ignores SIGTERM and a grandchild in a new session.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from dpbench.procs import descendants
+
+TREE = textwrap.dedent(
+    """
+    import signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+        start_new_session=True)
+    print("TREE", child.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+DRIVER = textwrap.dedent(
+    """
+    import signal, sys
+    from pathlib import Path
+    from dpbench import mainjob
+    signal.signal(signal.SIGTERM, mainjob._sigterm_to_exit)
+    mainjob._run([sys.executable, "-c", sys.argv[1]], cwd=Path("."))
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purpose
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_step_leaves_no_process(sig):
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, TREE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = driver.stdout.readline()
+        assert line.startswith("TREE"), line
+        grandchild = int(line.split()[1])
+        deadline = time.monotonic() + 10
+        while len(descendants(driver.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = descendants(driver.pid)
+        assert grandchild in tree and len(tree) >= 2
+        driver.send_signal(sig)
+        rc = driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert rc != 0
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in tree if _alive(p)], (
+        "processes left behind after the main job was interrupted"
+    )
