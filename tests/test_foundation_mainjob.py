@@ -6,7 +6,6 @@ modelled here by a leader that ignores SIGTERM and a grandchild in a new session
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import time
 
 import pytest
 
-from dpbench.procs import descendants
+from dpbench.procs import alive, descendants
 
 TREE = textwrap.dedent(
     """
@@ -38,18 +37,6 @@ DRIVER = textwrap.dedent(
     mainjob._run([sys.executable, "-c", sys.argv[1]], cwd=Path("."))
     """
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purpose
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -77,8 +64,8 @@ def test_interrupted_step_leaves_no_process(sig):
             driver.wait()
     assert rc != 0
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+    while any(alive(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in tree if _alive(p)], (
+    assert not [p for p in tree if alive(p)], (
         "processes left behind after the main job was interrupted"
     )

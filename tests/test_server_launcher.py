@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbench.procs import free_port, group_members
+from dpbench.procs import alive, free_port, group_members
 from dpbench.server.launcher import (
     GpuRequirementError,
     ServerProcess,
@@ -32,14 +32,6 @@ STUBBORN = textwrap.dedent(
     time.sleep(600)
     """
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _wait_for_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
@@ -62,10 +54,10 @@ def test_a_child_that_ignores_sigterm_is_gone_after_stop(tmp_path):
     ) as server:
         _, leader, child = _wait_for_line(log, "PIDS").split()
         pids = [int(leader), int(child)]
-        assert all(_alive(p) for p in pids)
+        assert all(alive(p) for p in pids)
         pgid = server.pgid
     assert server.stopped_with == "SIGKILL"
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
     assert group_members(pgid) == []
 
 
@@ -158,7 +150,7 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path, sig):
             run.kill()
             run.wait()
     assert rc != 0  # interrupted, not finished
-    assert not any(_alive(p) for p in pids), out.read_text()
+    assert not any(alive(p) for p in pids), out.read_text()
     assert group_members(pids[0]) == []
 
 
@@ -178,13 +170,13 @@ def test_the_server_dies_with_a_sigkilled_parent(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
         leader = int(_wait_for_line(log, "PIDS").split()[1])
-        assert _alive(leader)
+        assert alive(leader)
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 10
-        while _alive(leader) and time.monotonic() < deadline:
+        while alive(leader) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(leader)
+        assert not alive(leader)
     finally:
         if parent.poll() is None:
             parent.kill()

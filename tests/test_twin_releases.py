@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbench.procs import children
+from dpbench.procs import alive, children
 
 pytestmark = pytest.mark.sglang
 
@@ -103,14 +103,6 @@ def test_gloo_step_exchange_matches_shared_memory(runs, release_env, tmp_path):
     assert first == {k: v for k, v in gloo["metrics"].items() if k not in WALL_METRICS}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
     env = release_env("0.5.23")
     proc = subprocess.Popen(
@@ -152,7 +144,7 @@ def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
     error = next(e for e in events if e["event"] == "error")
     assert f"rank {error['rank']} (pid {victim}) killed by SIGKILL" in error["message"]
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+    while any(alive(p) for p in ranks) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in ranks), "a rank process outlived the run"
+    assert not any(alive(p) for p in ranks), "a rank process outlived the run"
     assert not (tmp_path / "never.json").exists()

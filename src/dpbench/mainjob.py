@@ -22,7 +22,7 @@ from rich.console import Console
 
 from dpbench import releases
 from dpbench.paths import project_root
-from dpbench.procs import descendants
+from dpbench.procs import alive, descendants
 
 # The embedded default: the CPU tiers that depend on SGLang. Kernel and server benchmarks
 # skip without GPUs anyway; the workload benchmarks measure dpbench itself, not SGLang, so
@@ -87,19 +87,11 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
             proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             continue
-        if sig == signal.SIGTERM and not any(_alive(p) for p in tree):
+        if sig == signal.SIGTERM and not any(alive(p) for p in tree):
             return
     for pid in tree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _sigterm_to_exit(signum: int, frame: Any) -> None:
