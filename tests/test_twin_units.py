@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpbench.twin.config import SchedulerSettings, TwinConfig, TwinConfigError
+from dpbench.twin.config import (
+    SchedulerSettings,
+    TwinConfig,
+    TwinConfigError,
+    build_config,
+    module_args,
+)
 from dpbench.twin.cost import RankWork, RooflineModel
 from dpbench.twin.metrics import classify_steps, compute, false_reports
 from dpbench.twin.ranks import RankResult
@@ -31,10 +37,38 @@ def test_config_rejects_bad_values(kwargs, needle):
 
 def test_scheduler_settings_divide_global_flags_per_rank():
     s = SchedulerSettings()
-    assert s.per_rank_chunked_prefill_size(4) == 2048  # SGLang: chunked_prefill_size // dp_size
     assert s.per_rank_max_running_requests(8) == 512
     with pytest.raises(TwinConfigError, match="prefill_delayer_token_usage_low_watermark"):
         SchedulerSettings(prefill_delayer_token_usage_low_watermark=1.5)
+
+
+def test_default_topology_fits_deepseek_v3_on_h200():
+    assert TwinConfig(dp_size=4).gpus == 8 and TwinConfig(dp_size=4).attn_tp_size == 2
+    assert TwinConfig(dp_size=8).attn_tp_size == 1
+    assert TwinConfig(dp_size=16).gpus == 16
+    with pytest.raises(TwinConfigError, match="tp_size must be a multiple of dp_size"):
+        TwinConfig(dp_size=4, tp_size=6)
+
+
+def test_cli_and_module_share_one_config_builder():
+    """``dpbench twin run`` hands its config to ``python -m dpbench.twin.run`` as flags; both build it the same way."""
+    from dpbench.twin.run import _parse, config_from_args
+
+    config = build_config(
+        dp=8,
+        tp=16,
+        delayer=True,
+        chunked_prefill_size=16384,
+        schedule_conservativeness=0.5,
+        radix_cache=False,
+        overlap_schedule=False,
+        hide_delayer_from_chunked_req=True,
+        timeline=False,
+    )
+    again = config_from_args(_parse(["long-prompt-burst", *module_args(config), "-o", "x.json"]))
+    assert again == config
+    with pytest.raises(TwinConfigError, match="needs the delayer on"):
+        build_config(delayer=False, hide_delayer_from_chunked_req=True)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +126,7 @@ def _rank(kind, reported=None, allowed=None, admitted=None, kv=None):
         retractions=0,
         kv_capacity=100,
         step_end_s=np.arange(1, n + 1, dtype=np.float64),
+        step_dur_s=np.ones(n, dtype=np.float64),
         loop_wall_s=1.0,
         max_prefill_bs_kind="running_max",
     )
@@ -123,6 +158,9 @@ def test_compute_metrics_units_and_values():
     assert metrics["dp_mixed_step_fraction"].unit == "fraction"
     assert metrics["false_prefillable_reports_count"].value == 4  # a: steps 1, 3; b: steps 1, 2
     assert metrics["false_report_mixed_steps_count"].value == 1
+    # step 3 is mixed (a extends, b decodes): one decode rank for its 1 s; decode-rank seconds: 0+2+1+2
+    assert metrics["decode_rank_s_beside_prefill"].value == pytest.approx(1.0)
+    assert metrics["decode_rank_time_beside_prefill_fraction"].value == pytest.approx(1 / 5)
     assert metrics["kv_utilization_max"].value == pytest.approx(0.99)
     assert metrics["ttft_ms_p50"].value == pytest.approx(1000.0)
     assert extra["prefill_delayer_outcomes_total"][0]["count"] == 8
@@ -301,5 +339,15 @@ def test_delayer_generation_is_told_from_the_signature():
     assert compat.detect_generation(Group) == "group"
     assert compat.detect_generation(Context) == "runtime_context"
     assert not compat.needs_runtime_context("args") and compat.needs_runtime_context("group")
-    with pytest.raises(RuntimeError, match=r"not a known shape; supported: .*0\.5\.21"):
+    with pytest.raises(RuntimeError, match=r"PrefillDelayer.__init__.*0\.5\.21"):
         compat.detect_generation(Unknown)
+
+
+def test_decode_rank_seconds_weight_by_decoding_ranks():
+    """A 1-extend/3-decode step weighs three times a 3/1 step; the DP-mixed fraction counts both once."""
+    ranks = [_rank([2, 2]), _rank([1, 2]), _rank([1, 2]), _rank([1, 1])]
+    ranks[0].step_dur_s = np.array([2.0, 0.5])
+    metrics, _ = compute(ranks, delayer_on=False)
+    assert metrics["dp_mixed_step_fraction"].value == 1.0
+    assert metrics["decode_rank_s_beside_prefill"].value == pytest.approx(3 * 2.0 + 1 * 0.5)
+    assert "false_prefillable_reports_count" not in metrics  # delayer off: not measured, absent

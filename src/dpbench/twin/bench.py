@@ -23,11 +23,14 @@ def saturated_rank(
 ) -> tuple[RankScheduler, Callable[[], None]]:
     """A rank whose KV pool is ~80 % full of decoding requests with ``waiting`` prompts that do not fit."""
     import torch.distributed as dist
-    from sglang.srt.managers import prefill_delayer as pd
 
     from dpbench.procs import free_port
     from dpbench.sglang_compat import delayer as compat
     from dpbench.sglang_compat.adder import AdderKit
+    from dpbench.sglang_compat.scheduling import (
+        delayer_needs_runtime_context,
+        resolve_scheduler_defaults,
+    )
 
     settings = SchedulerSettings()
     owned = not dist.is_initialized()
@@ -35,7 +38,7 @@ def saturated_rank(
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
         )
-    if compat.needs_runtime_context(compat.detect_generation(pd.PrefillDelayer)):
+    if delayer_needs_runtime_context():
         compat.publish_runtime_context(1, compat.DelayerSettings())
     kit = AdderKit(page_size=settings.page_size)
     collector = compat.RecordingCollector()
@@ -48,7 +51,9 @@ def saturated_rank(
     rank = RankScheduler(
         kit=kit,
         settings=settings,
-        dp_size=1,
+        defaults=resolve_scheduler_defaults(
+            dp_size=1, tp_size=1, chunked_prefill_size=settings.chunked_prefill_size
+        ),
         kv_tokens=KV_TOKENS,
         delayer=delayer,
         collector=collector,

@@ -47,15 +47,6 @@ def _installed_sglang() -> str | None:
         return None
 
 
-def _module_args(spec: str, dp: int, opts: dict[str, Any], output: Path) -> list[str]:
-    args = [spec, "--dp", str(dp), "-o", str(output), "--events"]
-    for flag, value in opts.items():
-        if value is None or value is False:
-            continue
-        args += [flag] if value is True else [flag, str(value)]
-    return args
-
-
 def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_event: Any) -> None:
     """``python -m dpbench.twin.run`` in SGLang ``version``'s environment, streaming its progress events."""
     from dpbench.envs import ensure_env
@@ -108,39 +99,17 @@ def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_eve
 
 def _run_here(
     spec: str,
-    dp: int,
+    config: Any,
     *,
-    dispatch: str,
-    delayer: bool,
     seed: int | None,
-    kv_tokens: int | None,
-    chunked_prefill_size: int,
     requests: int | None,
     calibration: Path | None,
-    deadline: float,
-    timeline: bool,
     output: Path,
     on_event: Any,
 ) -> None:
-    from dataclasses import replace
-
     from dpbench.results import save
-    from dpbench.twin.config import SchedulerSettings, TwinConfig
     from dpbench.twin.ranks import TwinRankError
     from dpbench.twin.run import run_twin
-
-    config = TwinConfig(
-        dp_size=dp,
-        dispatch=dispatch,
-        max_total_tokens_per_rank=kv_tokens,
-        deadline_s=deadline,
-        scheduler=replace(
-            SchedulerSettings(),
-            enable_prefill_delayer=delayer,
-            chunked_prefill_size=chunked_prefill_size,
-        ),
-        record_timeline=timeline,
-    )
 
     def progress(done: int, total: int, steps: int, sim: float) -> None:
         on_event({"event": "progress", "done": done, "total": total, "steps": steps, "sim_s": sim})
@@ -218,21 +187,58 @@ def run(
         ),
     ] = 8192,
     deadline: Annotated[float, typer.Option(help="hard wall-clock limit, seconds")] = 600.0,
+    tp: Annotated[
+        int | None, typer.Option("--tp", help="--tp-size of the deployment (default: max(8, dp))")
+    ] = None,
+    schedule_conservativeness: Annotated[
+        float | None,
+        typer.Option(
+            help="--schedule-conservativeness before SGLang's DP scaling (default: the release's)"
+        ),
+    ] = None,
+    radix_cache: Annotated[
+        bool, typer.Option("--radix-cache/--disable-radix-cache", help="SGLang's radix cache")
+    ] = True,
+    overlap_schedule: Annotated[
+        bool,
+        typer.Option(
+            "--overlap-schedule/--disable-overlap-schedule",
+            help="the overlap scheduler's one-pass lag in freeing finished requests",
+        ),
+    ] = True,
+    hide_delayer_from_chunked_req: Annotated[
+        bool,
+        typer.Option(
+            "--hide-delayer-from-chunked-req",
+            help="ablation arm: add_chunked_req without the delayer (0.5.17+: placement alone)",
+        ),
+    ] = False,
 ) -> None:
     """Replay SPEC's trace through N twin ranks and print a summary table."""
     from dpbench.progress import console, progress
     from dpbench.results import load, save
-    from dpbench.twin.config import DISPATCHES, TwinConfig, TwinConfigError
+    from dpbench.twin.config import DISPATCHES, TwinConfigError, build_config, module_args
 
     err = console()
     if dispatch not in DISPATCHES:
         raise typer.BadParameter(
             f"must be one of {', '.join(DISPATCHES)}; got {dispatch!r}", param_hint="--dispatch"
         )
-    try:
-        TwinConfig(
-            dp_size=dp, dispatch=dispatch, deadline_s=deadline
-        )  # validate before any heavy work
+    try:  # the same builder python -m dpbench.twin.run uses, before any heavy work
+        config = build_config(
+            dp=dp,
+            tp=tp,
+            dispatch=dispatch,
+            delayer=delayer,
+            kv_tokens=kv_tokens,
+            chunked_prefill_size=chunked_prefill_size,
+            schedule_conservativeness=schedule_conservativeness,
+            radix_cache=radix_cache,
+            overlap_schedule=overlap_schedule,
+            hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
+            deadline=deadline,
+            timeline=plot is not None,
+        )
     except TwinConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
     if calibration is not None and not calibration.is_file():
@@ -256,37 +262,26 @@ def run(
                 )
 
         out = Path(tmp) / "result.json"
-        opts = {
-            "--requests": requests,
-            "--dispatch": dispatch,
-            "--no-delayer": not delayer,
-            "--seed": seed,
-            "--kv-tokens": kv_tokens,
-            "--chunked-prefill-size": chunked_prefill_size,
-            "--calibration": calibration.resolve() if calibration else None,
-            "--deadline": deadline,
-            "--no-timeline": plot is None,
-        }
+        args = [spec, *module_args(config), "-o", str(out), "--events"]
+        for flag, value in (("--requests", requests), ("--seed", seed)):
+            if value is not None:
+                args += [flag, str(value)]
+        if calibration is not None:
+            args += ["--calibration", str(calibration.resolve())]
         try:
             if installed is not None and version == installed:
                 # SGLang is importable here (an asv or release env): run in-process
                 _run_here(
                     spec,
-                    dp,
-                    dispatch=dispatch,
-                    delayer=delayer,
+                    config,
                     seed=seed,
-                    kv_tokens=kv_tokens,
-                    chunked_prefill_size=chunked_prefill_size,
                     requests=requests,
                     calibration=calibration,
-                    deadline=deadline,
-                    timeline=plot is not None,
                     output=out,
                     on_event=on_event,
                 )
             else:
-                _run_in_release_env(version, _module_args(spec, dp, opts, out), deadline, on_event)
+                _run_in_release_env(version, args, deadline, on_event)
         except RuntimeError as exc:
             err.print(f"[red]twin failed:[/] {exc}")
             raise typer.Exit(1) from None

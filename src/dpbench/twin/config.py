@@ -46,6 +46,28 @@ class SchedulerSettings:
     prefill_delayer_token_usage_low_watermark: float | None = field(
         default=None, metadata={"help": "--prefill-delayer-token-usage-low-watermark"}
     )
+    schedule_conservativeness: float | None = field(
+        default=None,
+        metadata={
+            "help": "--schedule-conservativeness before SGLang's DP-attention scaling (None: the release's default)"
+        },
+    )
+    radix_cache: bool = field(
+        default=True, metadata={"help": "SGLang's radix cache on (off: --disable-radix-cache)"}
+    )
+    overlap_schedule: bool = field(
+        default=True,
+        metadata={
+            "help": "the overlap scheduler's one-pass lag in freeing finished requests (off: --disable-overlap-schedule)"
+        },
+    )
+    hide_delayer_from_chunked_req: bool = field(
+        default=False,
+        metadata={
+            "help": "ablation arm: add_chunked_req runs without the delayer (0.5.16's chunk reporting, "
+            "the release's add_one_req placement)"
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in (
@@ -61,14 +83,14 @@ class SchedulerSettings:
             raise TwinConfigError(
                 f"prefill_delayer_max_delay_passes must be ≥ 1, got {self.prefill_delayer_max_delay_passes}"
             )
+        sc = self.schedule_conservativeness
+        if sc is not None and not sc >= 0:
+            raise TwinConfigError(f"schedule_conservativeness must be ≥ 0 or None, got {sc}")
         wm = self.prefill_delayer_token_usage_low_watermark
         if wm is not None and not 0.0 <= wm <= 1.0:
             raise TwinConfigError(
                 f"prefill_delayer_token_usage_low_watermark must be in [0, 1] or None, got {wm}"
             )
-
-    def per_rank_chunked_prefill_size(self, dp_size: int) -> int:
-        return max(self.chunked_prefill_size // dp_size, self.page_size)
 
     def per_rank_max_running_requests(self, dp_size: int) -> int:
         return max(self.max_running_requests // dp_size, 1)
@@ -79,6 +101,13 @@ class TwinConfig:
     """One twin run: how many ranks, how requests reach them, and the KV pool each holds."""
 
     dp_size: int = field(default=4, metadata={"help": f"DP ranks (processes), 2 … {MAX_DP_SIZE}"})
+    tp_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "GPUs of the deployment (--tp-size); attention TP = tp_size / dp_size. None: max(8, dp_size), "
+            "the smallest H200 count that holds DeepSeek-V3 FP8 (671 B params × 1 B ≈ 671 GB > 4 × 141 GB)"
+        },
+    )
     dispatch: Dispatch = field(default="round_robin", metadata={"help": f"one of {DISPATCHES}"})
     max_total_tokens_per_rank: int | None = field(
         default=None,
@@ -109,6 +138,14 @@ class TwinConfig:
             raise TwinConfigError(
                 f"dp_size must be an integer in 2 … {MAX_DP_SIZE} (DP attention needs ≥ 2 ranks), got {self.dp_size!r}"
             )
+        if self.tp_size is not None and (
+            not isinstance(self.tp_size, int)
+            or self.tp_size < self.dp_size
+            or self.tp_size % self.dp_size
+        ):
+            raise TwinConfigError(
+                f"tp_size must be a multiple of dp_size ({self.dp_size}) and ≥ it, or None; got {self.tp_size!r}"
+            )
         if self.dispatch not in DISPATCHES:
             raise TwinConfigError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
         if self.max_total_tokens_per_rank is not None and self.max_total_tokens_per_rank < 16:
@@ -123,3 +160,80 @@ class TwinConfig:
             )
         if not self.deadline_s > 0:
             raise TwinConfigError(f"deadline_s must be > 0, got {self.deadline_s}")
+
+    @property
+    def gpus(self) -> int:
+        """--tp-size of the deployment (the default: max(8, dp_size) rounded up to a multiple of dp_size)."""
+        if self.tp_size is not None:
+            return self.tp_size
+        n = max(8, self.dp_size)
+        return -(-n // self.dp_size) * self.dp_size
+
+    @property
+    def attn_tp_size(self) -> int:
+        return self.gpus // self.dp_size
+
+
+def build_config(
+    *,
+    dp: int = 4,
+    tp: int | None = None,
+    dispatch: str = "round_robin",
+    delayer: bool = True,
+    kv_tokens: int | None = None,
+    chunked_prefill_size: int = 8192,
+    schedule_conservativeness: float | None = None,
+    radix_cache: bool = True,
+    overlap_schedule: bool = True,
+    hide_delayer_from_chunked_req: bool = False,
+    deadline: float = 600.0,
+    step_exchange: str = "shared_memory",
+    timeline: bool = True,
+) -> TwinConfig:
+    """The one way the CLI (``dpbench twin``) and ``python -m dpbench.twin.run`` turn flags into a config."""
+    if hide_delayer_from_chunked_req and not delayer:
+        raise TwinConfigError(
+            "the ablation arm (hide the delayer from add_chunked_req) needs the delayer on"
+        )
+    return TwinConfig(
+        dp_size=dp,
+        tp_size=tp,
+        dispatch=dispatch,  # type: ignore[arg-type]
+        max_total_tokens_per_rank=kv_tokens,
+        scheduler=SchedulerSettings(
+            enable_prefill_delayer=delayer,
+            chunked_prefill_size=chunked_prefill_size,
+            schedule_conservativeness=schedule_conservativeness,
+            radix_cache=radix_cache,
+            overlap_schedule=overlap_schedule,
+            hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
+        ),
+        deadline_s=deadline,
+        step_exchange=step_exchange,  # type: ignore[arg-type]
+        record_timeline=timeline,
+    )
+
+
+def module_args(config: TwinConfig) -> list[str]:
+    """``python -m dpbench.twin.run`` flags that rebuild ``config`` through :func:`build_config`."""
+    s = config.scheduler
+    out = ["--dp", str(config.dp_size), "--dispatch", config.dispatch]
+    out += ["--chunked-prefill-size", str(s.chunked_prefill_size)]
+    out += ["--deadline", str(config.deadline_s), "--step-exchange", config.step_exchange]
+    if config.tp_size is not None:
+        out += ["--tp", str(config.tp_size)]
+    if config.max_total_tokens_per_rank is not None:
+        out += ["--kv-tokens", str(config.max_total_tokens_per_rank)]
+    if s.schedule_conservativeness is not None:
+        out += ["--schedule-conservativeness", str(s.schedule_conservativeness)]
+    if not s.enable_prefill_delayer:
+        out.append("--no-delayer")
+    if not s.radix_cache:
+        out.append("--disable-radix-cache")
+    if not s.overlap_schedule:
+        out.append("--disable-overlap-schedule")
+    if s.hide_delayer_from_chunked_req:
+        out.append("--hide-delayer-from-chunked-req")
+    if not config.record_timeline:
+        out.append("--no-timeline")
+    return out

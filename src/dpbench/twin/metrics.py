@@ -7,6 +7,11 @@ Definitions (simulated time unless the name says wall):
   decode, ``idle`` if no rank runs a forward. ``dp_mixed_step_fraction`` = mixed /
   non-idle steps. An idle rank beside extending ranks does not make a step mixed:
   nothing of it waits on the prefill.
+- ``decode_rank_s_beside_prefill``: rank-weighted simulated seconds that decoding ranks
+  spent in steps where another rank extended (every DP-mixed step's duration × its
+  decoding ranks): the decode time the delayer exists to save. A 1-extend/3-decode step
+  weighs 3, a 3/1 step 1, where ``dp_mixed_step_fraction`` counts both once.
+  ``decode_rank_time_beside_prefill_fraction`` divides it by all decode-rank seconds.
 - A *false prefillable report*: a rank told the delayer ``local_prefillable=True``,
   the verdict allowed prefill, and the rank then admitted nothing (the PR #31835
   failure mode). ``false_report_mixed_steps`` counts the DP-mixed steps that had one.
@@ -49,6 +54,15 @@ def classify_steps(results: Sequence[RankResult]) -> np.ndarray:
     return out
 
 
+def decode_rank_seconds(results: Sequence[RankResult], steps: np.ndarray) -> tuple[float, float]:
+    """(decode-rank seconds beside an extending rank, all decode-rank seconds), rank-weighted."""
+    kinds = np.stack([r.kind for r in results])
+    decoding = (kinds == KIND_DECODE).sum(axis=0)
+    dur = np.asarray(results[0].step_dur_s, dtype=np.float64)
+    beside = float((dur * decoding)[steps == 2].sum())
+    return beside, float((dur * decoding).sum())
+
+
 def false_reports(results: Sequence[RankResult]) -> np.ndarray:
     """ranks × steps booleans: reported prefillable, allowed, admitted nothing."""
     return np.stack([(r.reported == 1) & (r.allowed == 1) & (r.admitted == 0) for r in results])
@@ -87,8 +101,13 @@ def compute(
     loop_wall = max(r.loop_wall_s for r in results)
     n_steps = results[0].steps
 
+    beside_s, decode_s = decode_rank_seconds(results, steps)
     m: dict[str, Metric] = {
         "dp_mixed_step_fraction": Metric(mixed_fraction, "fraction", "lower"),
+        "decode_rank_s_beside_prefill": Metric(beside_s, "rank·s", "lower"),
+        "decode_rank_time_beside_prefill_fraction": Metric(
+            beside_s / decode_s if decode_s > 0 else float("nan"), "fraction", "lower"
+        ),
         "steps_count": Metric(n_steps, "steps", "none"),
         "steps_extend_count": Metric(counts["extend"], "steps", "none"),
         "steps_decode_count": Metric(counts["decode"], "steps", "none"),

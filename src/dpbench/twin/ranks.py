@@ -131,6 +131,7 @@ class RankJob:
     cost: ExecutionTimeModel
     port: int
     make_kit: Callable[[], Any]
+    defaults: Any  # sglang_compat.scheduling.SchedulerDefaults, resolved once in the parent
     exchange: Any  # SharedMemoryExchange | GlooExchange
 
 
@@ -156,6 +157,7 @@ class RankResult:
     retractions: int
     kv_capacity: int
     step_end_s: np.ndarray | None  # float64, identical on every rank; kept from rank 0
+    step_dur_s: np.ndarray | None  # float64 forward duration of each step; rank 0
     loop_wall_s: float
     max_prefill_bs_kind: str
 
@@ -217,7 +219,7 @@ def lockstep(
     sched = RankScheduler(
         kit=kit,
         settings=s,
-        dp_size=n,
+        defaults=job.defaults,
         kv_tokens=job.kv_tokens,
         delayer=delayer,
         collector=collector,
@@ -236,6 +238,7 @@ def lockstep(
     rec_chunk: list[int] = []
     rec_pass_us: list[float] = []
     step_end: list[float] = []
+    step_dur: list[float] = []
     labels: dict[tuple[str, str, str, str], int] = {}
     served: list[TrackedReq] = []
     retractions = 0
@@ -299,8 +302,10 @@ def lockstep(
             RankWork(KIND_NAMES[r[_F_KIND]], r[_F_REQS], r[_F_NEW], r[_F_CTX], r[_F_PAIRS])
             for r in rows
         ]
-        clock += job.cost.step_time(works)
+        dur = job.cost.step_time(works)
+        clock += dur
         step_end.append(clock)
+        step_dur.append(dur)
         # stamp this step's first tokens and finishes with its end time
         if plan.kind == KIND_EXTEND or finished:
             for t in plan.batch:
@@ -368,6 +373,7 @@ def lockstep(
         retractions=retractions,
         kv_capacity=sched.kv_capacity,
         step_end_s=np.asarray(step_end, dtype=np.float64) if rank == 0 else None,
+        step_dur_s=np.asarray(step_dur, dtype=np.float64) if rank == 0 else None,
         loop_wall_s=loop_wall,
         max_prefill_bs_kind=sched.max_prefill_bs.kind,
     )

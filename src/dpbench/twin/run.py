@@ -16,14 +16,14 @@ import multiprocessing as mp
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpbench.procs import free_port
-from dpbench.twin.config import DISPATCHES, STEP_EXCHANGES, SchedulerSettings, TwinConfig
+from dpbench.sglang_compat.scheduling import SchedulerDefaults
+from dpbench.twin.config import DISPATCHES, STEP_EXCHANGES, TwinConfig, build_config
 from dpbench.twin.cost import make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
@@ -38,16 +38,25 @@ from dpbench.twin.ranks import (
 ProgressFn = Callable[[int, int, int, float], None]  # finished, total, steps, simulated s
 
 
-def _import_sglang(config: TwinConfig) -> tuple[Any, dict[str, Any]]:
-    """Import SGLang's admission and delayer once (the rank processes inherit it) and describe it."""
+def prepare_release(config: TwinConfig) -> tuple[Any, dict[str, Any], SchedulerDefaults]:
+    """Import the release's admission and delayer once (the rank processes inherit them), resolve its
+    scheduler defaults for ``config``, and describe it."""
     from dpbench.sglang_compat import delayer as compat
     from dpbench.sglang_compat.adder import AdderKit
+    from dpbench.sglang_compat.scheduling import (
+        delayer_needs_runtime_context,
+        release_info,
+        resolve_scheduler_defaults,
+    )
 
     s = config.scheduler
-    from sglang.srt.managers import prefill_delayer as pd
-
-    generation = compat.detect_generation(pd.PrefillDelayer)
-    if compat.needs_runtime_context(generation):
+    defaults = resolve_scheduler_defaults(
+        dp_size=config.dp_size,
+        tp_size=config.gpus,
+        chunked_prefill_size=s.chunked_prefill_size,
+        schedule_conservativeness=s.schedule_conservativeness,
+    )
+    if s.enable_prefill_delayer and delayer_needs_runtime_context():
         compat.publish_runtime_context(
             config.dp_size,
             compat.DelayerSettings(
@@ -56,25 +65,15 @@ def _import_sglang(config: TwinConfig) -> tuple[Any, dict[str, Any]]:
             ),
         )
     kit = AdderKit(page_size=s.page_size)
-    info: dict[str, Any]
+    return kit, release_info(), defaults
+
+
+def _placement() -> dict[str, Any]:
+    """The installed release's placement label (static analysis; errors propagate)."""
     try:
-        from dpbench.sglang_compat.detect import sglang_info
-
-        info = sglang_info(kit.generation, components=("adder",))
-    except Exception as exc:
-        import sglang
-
-        info = {
-            "version": getattr(sglang, "__version__", None),
-            "commit": None,
-            "generation": str(exc),
-        }
-    info["delayer_generation"] = generation
-    return kit, info
-
-
-def _placement() -> dict[str, Any] | None:
-    try:
+        from dpbench.sglang_compat.provenance import detected_placement  # type: ignore[attr-defined]
+    except ImportError:
+        # sglang_compat has no provenance helper yet: the placement tier's static analysis
         from dpbench.placement.static import analyse_installed
 
         found = analyse_installed()
@@ -83,8 +82,7 @@ def _placement() -> dict[str, Any] | None:
             "source": "static",
             "negotiation_line": found.negotiation_line,
         }
-    except Exception:
-        return None
+    return dict(detected_placement())
 
 
 def run_twin(
@@ -97,6 +95,7 @@ def run_twin(
     on_progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Run the twin once; returns a run result (``dpbench.results`` schema, tier ``twin``)."""
+    from dpbench.faults import inject_if_requested
     from dpbench.results import make_run_result
     from dpbench.workload.models import load_model_config
     from dpbench.workload.planner import plan_kv
@@ -104,6 +103,7 @@ def run_twin(
     from dpbench.workload.trace import generate_trace
 
     t_start = time.perf_counter()
+    inject_if_requested("twin")
     spec = load_spec(spec_name)
     if num_requests is not None:
         spec = spec.with_overrides(num_requests=num_requests)
@@ -117,7 +117,7 @@ def run_twin(
         kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model)
         kv_tokens = kv_plan.max_total_tokens_per_rank
     cost = make_cost_model(model, config.dp_size, calibration)
-    kit, sglang = _import_sglang(config)
+    kit, sglang, defaults = prepare_release(config)
     vocab = model.vocab_size
     order = sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i))
     ordered = [trace[i] for i in order]
@@ -140,6 +140,7 @@ def run_twin(
         cost=cost,
         port=free_port(),
         make_kit=lambda: kit,
+        defaults=defaults,
         exchange=exchange,
     )
     total = len(ordered)
@@ -150,6 +151,7 @@ def run_twin(
         else None,
     )
     metrics, extra = compute(results, delayer_on=config.scheduler.enable_prefill_delayer)
+    s = config.scheduler
     wall = time.perf_counter() - t_start
     notes = [f"cost model: {cost.describe()}"]
     if config.scheduler.enable_prefill_delayer:
@@ -159,12 +161,25 @@ def run_twin(
             "(max_delay_ms) reaches a verdict"
         )
     notes.append(
-        "prefix sharing off (RadixCache disable=True, SGLang's ChunkCache behaviour); "
-        f"max_prefill_bs tracking: {results[0].max_prefill_bs_kind}"
+        (
+            "radix cache on (SGLang's default): add_one_req's general path; finished requests' KV is "
+            "freed rather than kept evictable, prefix reuse across requests is not modelled"
+            if s.radix_cache
+            else "radix cache off (--disable-radix-cache): add_one_req hands ignore_eos requests to "
+            "add_one_req_ignore_eos"
+        )
+        + f"; overlap scheduler lag {'on' if s.overlap_schedule else 'off (--disable-overlap-schedule)'}"
+        + f"; max_prefill_bs tracking: {results[0].max_prefill_bs_kind}"
     )
+    if s.hide_delayer_from_chunked_req:
+        notes.append(
+            "ablation arm: add_chunked_req ran without the delayer (placement measured alone)"
+        )
     extra.update(
         config={
             "dp_size": config.dp_size,
+            "tp_size": config.gpus,
+            "attn_tp_size": config.attn_tp_size,
             "dispatch": config.dispatch,
             "kv_tokens_per_rank": kv_tokens,
             "scheduler": config.scheduler.__dict__,
@@ -173,6 +188,7 @@ def run_twin(
             "cost_model": cost.name,
             "step_exchange": config.step_exchange,
         },
+        scheduler_defaults=defaults.as_dict(),
         kv_plan=kv_plan.as_dict() if kv_plan is not None else None,
     )
     if config.record_timeline:
@@ -219,6 +235,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("spec")
     p.add_argument("--dp", type=int, default=4)
+    p.add_argument("--tp", type=int, default=None, help="--tp-size (default: max(8, dp))")
     p.add_argument("--dispatch", choices=DISPATCHES, default="round_robin")
     p.add_argument("--no-delayer", action="store_true")
     p.add_argument("--requests", type=int, default=None, help="override the spec's num_requests")
@@ -229,9 +246,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--chunked-prefill-size",
         type=int,
-        default=SchedulerSettings().chunked_prefill_size,
+        default=8192,
         help="global --chunked-prefill-size (SGLang divides it by dp_size per rank)",
     )
+    p.add_argument("--schedule-conservativeness", type=float, default=None)
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--hide-delayer-from-chunked-req", action="store_true", help="ablation arm")
     p.add_argument("--calibration", default=None)
     p.add_argument("--deadline", type=float, default=600.0)
     p.add_argument("--step-exchange", choices=STEP_EXCHANGES, default="shared_memory")
@@ -241,24 +262,35 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def config_from_args(args: argparse.Namespace) -> TwinConfig:
+    return build_config(
+        dp=args.dp,
+        tp=args.tp,
+        dispatch=args.dispatch,
+        delayer=not args.no_delayer,
+        kv_tokens=args.kv_tokens,
+        chunked_prefill_size=args.chunked_prefill_size,
+        schedule_conservativeness=args.schedule_conservativeness,
+        radix_cache=not args.disable_radix_cache,
+        overlap_schedule=not args.disable_overlap_schedule,
+        hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
+        deadline=args.deadline,
+        step_exchange=args.step_exchange,
+        timeline=not args.no_timeline,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     from dpbench.results import save
     from dpbench.twin.ranks import TwinRankError
 
     args = _parse(argv)
-    config = TwinConfig(
-        dp_size=args.dp,
-        dispatch=args.dispatch,
-        max_total_tokens_per_rank=args.kv_tokens,
-        scheduler=replace(
-            SchedulerSettings(),
-            enable_prefill_delayer=not args.no_delayer,
-            chunked_prefill_size=args.chunked_prefill_size,
-        ),
-        deadline_s=args.deadline,
-        step_exchange=args.step_exchange,
-        record_timeline=not args.no_timeline,
-    )
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(json.dumps({"event": "error", "rank": None, "message": str(exc)}), flush=True)
+        print(f"twin: {exc}", file=sys.stderr)
+        return 2
 
     def emit(done: int, total: int, steps: int, sim: float) -> None:
         if args.events:

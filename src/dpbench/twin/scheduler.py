@@ -29,6 +29,11 @@ from dpbench.sglang_compat.delayer import (
     new_pass,
     scheduler_breaks_on_spent_budget,
 )
+from dpbench.sglang_compat.scheduling import (
+    BATCH_IS_FULL_ALWAYS,
+    SchedulerDefaults,
+    hide_delayer_from_chunked_req,
+)
 from dpbench.twin.config import SchedulerSettings
 
 KIND_IDLE, KIND_DECODE, KIND_EXTEND = 0, 1, 2
@@ -74,37 +79,40 @@ class RankScheduler:
         *,
         kit: Any,
         settings: SchedulerSettings,
-        dp_size: int,
+        defaults: SchedulerDefaults,
         kv_tokens: int,
         delayer: Any | None,
         collector: RecordingCollector | None,
     ) -> None:
-        from sglang.srt.environ import envs
-
         self.kit = kit
         self.settings = settings
+        self.defaults = defaults
         self.allocator = kit.new_allocator(kv_tokens)
-        # Tree-less RadixCache (prefix sharing off): SGLang's ChunkCache behaviour.
-        self.tree_cache = kit.new_tree_cache(self.allocator, disable=True)
+        # SGLang's RadixCache, on by default as in SGLang; disable=True is the tree-less
+        # (ChunkCache-like) mode, where add_one_req hands ignore_eos requests to
+        # add_one_req_ignore_eos. Finished requests' KV is freed, not kept evictable.
+        self.tree_cache = kit.new_tree_cache(self.allocator, disable=not settings.radix_cache)
         self.kv_capacity = kv_tokens
         self.delayer = delayer
         self.collector = collector
         self.progress = ReqProgress(kit.api.Req)
         self.break_on_spent_budget = scheduler_breaks_on_spent_budget()
         self.max_prefill_bs = MaxPrefillBs()
-        self.chunk_size = settings.per_rank_chunked_prefill_size(dp_size)
-        self.max_running = settings.per_rank_max_running_requests(dp_size)
+        self.chunk_size = defaults.per_rank_chunked_prefill_size
+        self.max_running = settings.per_rank_max_running_requests(defaults.dp_size)
+        self.overlap = settings.overlap_schedule
+        self.lagged: list[
+            TrackedReq
+        ] = []  # finished last step; the overlap scheduler sees them next pass
         self.waiting: list[TrackedReq] = []
         self.running: list[TrackedReq] = []
         self.chunked: TrackedReq | None = None
         self.batch_is_full = False
-        # SGLang's NewTokenRatioTracker defaults (schedule_conservativeness 1.0).
-        self.ratio_init = min(envs.SGLANG_INIT_NEW_TOKEN_RATIO.get(), 1.0)
-        self.ratio_min = min(self.ratio_init * envs.SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.get(), 1.0)
-        self.ratio_decay = (
-            self.ratio_init - self.ratio_min
-        ) / envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get()
-        self.retract_decode_steps = envs.SGLANG_RETRACT_DECODE_STEPS.get()
+        # SGLang's NewTokenRatioTracker as the release builds it (conservativeness ×0.3 under DP attention).
+        self.ratio_init = defaults.init_new_token_ratio
+        self.ratio_min = defaults.min_new_token_ratio
+        self.ratio_decay = defaults.new_token_ratio_decay
+        self.retract_decode_steps = defaults.retract_decode_steps
         self.new_token_ratio = self.ratio_init
         self._by_req: dict[int, TrackedReq] = {}
 
@@ -213,7 +221,11 @@ class RankScheduler:
         )
         continuing = self.chunked
         if continuing is not None:
-            left = kit.add_chunked_req(adder, continuing.req)
+            if self.settings.hide_delayer_from_chunked_req:
+                with hide_delayer_from_chunked_req(adder):
+                    left = kit.add_chunked_req(adder, continuing.req)
+            else:
+                left = kit.add_chunked_req(adder, continuing.req)
             self.chunked = continuing if left is not None else None
         result = kit.AddReqResult
         for tracked in self.waiting:
@@ -226,7 +238,10 @@ class RankScheduler:
             res = kit.add_one_req(adder, tracked.req, has_chunked_req=self.chunked is not None)
             if res != result.CONTINUE:
                 if res == result.NO_TOKEN:
-                    self.batch_is_full = len(adder.can_run_list) > 0 or bool(self.running)
+                    if self.defaults.batch_is_full_on_no_token == BATCH_IS_FULL_ALWAYS:
+                        self.batch_is_full = True
+                    else:
+                        self.batch_is_full = len(adder.can_run_list) > 0 or bool(self.running)
                 break
         admitted = adder.can_run_list
         if not admitted:
@@ -248,8 +263,9 @@ class RankScheduler:
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.ratio_min)
             return 0
         # SGLang's retraction order: keep long outputs, retract short-output/long-input first.
+        lagged = {id(t) for t in self.lagged}
         order = sorted(
-            range(len(self.running)),
+            (i for i in range(len(self.running)) if id(self.running[i]) not in lagged),
             key=lambda i: (
                 len(self.running[i].req.output_ids),
                 -len(self.running[i].req.origin_input_ids),
@@ -264,7 +280,7 @@ class RankScheduler:
             victim.retractions += 1
             retracted.append(victim)
         keep = set(order)
-        self.running = [t for i, t in enumerate(self.running) if i in keep]
+        self.running = [t for i, t in enumerate(self.running) if i in keep or id(t) in lagged]
         reqs = [t.req for t in self.running]
         decoded = sum(len(r.output_ids) for r in reqs)
         max_new = sum(r.sampling_params.max_new_tokens for r in reqs)
@@ -277,8 +293,15 @@ class RankScheduler:
 
     # -- effects of the step ------------------------------------------------------------
     def complete(self, plan: PassPlan, end_s: float) -> list[TrackedReq]:
-        """Apply the step's forward to the rank's state at simulated time ``end_s``; return finished requests."""
+        """Apply the step's forward to the rank's state at simulated time ``end_s``; return finished requests.
+
+        With the overlap scheduler (SGLang's default) a request that finishes in step k is
+        only known finished when step k's results are processed, after step k+1 was
+        scheduled: it keeps its KV and its slot in the running batch (decoding once more,
+        output discarded) through step k+1, and is released after it.
+        """
         finished: list[TrackedReq] = []
+        lagged = {id(t) for t in self.lagged}
         if plan.kind == KIND_EXTEND:
             for t in plan.batch:
                 n = self.kit.extend_tokens(t.req)
@@ -288,8 +311,7 @@ class RankScheduler:
                     continue  # mid-prompt: no token yet
                 if self._emit_token(t, end_s):
                     finished.append(t)
-                else:
-                    self.running.append(t)
+                self.running.append(t)
         elif plan.kind == KIND_DECODE:
             slots = self.allocator.alloc(len(plan.batch))
             if slots is None:
@@ -300,17 +322,21 @@ class RankScheduler:
             for i, t in enumerate(plan.batch):
                 t.kv_slots.append(slots[i : i + 1])
                 t.kv_tokens += 1
+                if id(t) in lagged:
+                    continue  # finished last step: the overlap scheduler's extra decode
                 if self._emit_token(t, end_s):
                     finished.append(t)
-            if finished:
-                done = {id(t) for t in finished}
-                self.running = [t for t in self.running if id(t) not in done]
-        for t in finished:
-            self._release(t)
-            t.finish_s = end_s
-            del self._by_req[id(t.req)]
-        if finished:
+        release = self.lagged if self.overlap else finished
+        self.lagged = finished if self.overlap else []
+        if release:
+            done = {id(t) for t in release}
+            self.running = [t for t in self.running if id(t) not in done]
+            for t in release:
+                self._release(t)
+                del self._by_req[id(t.req)]
             self.batch_is_full = False
+        for t in finished:
+            t.finish_s = end_s
         if not self.has_work:
             self.new_token_ratio = self.ratio_init
         return finished
