@@ -43,6 +43,7 @@ def test_probe_labels_and_counts(version, probed):
     r = probed(version)
     assert r["tier"] == "placement"
     assert r["sglang"]["version"] == version
+    assert r["sglang"]["generation"].startswith("g0.5.")  # never None
     assert r["placement"]["label"] == label
     assert r["placement"]["static"]["label"] == label
     assert r["placement"]["behavioural_label"] == label
@@ -62,7 +63,7 @@ def test_every_case_is_built_from_sglangs_own_objects(version, probed):
     # the only two stand-ins, both documented
     assert objects["delayer"] == "dpbench.placement.behavioural.RecordingDelayer"
     assert objects["running_batch"] == "dpbench.sglang_compat.adder.RunningBatch"
-    if r["sglang"]["generation"] == "g2026_10":
+    if r["sglang"]["variants"]["PrefillAdder budget"] == "prefill_budget":
         assert objects["prefill_budget"] == "sglang.srt.mem_cache.prefill_budget.PrefillBudget"
     cases = {c["case"]: c for c in r["extra"]["cases"]}
     assert all(c["constructible"] for c in cases.values()), [c["reason"] for c in cases.values()]

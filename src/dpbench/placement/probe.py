@@ -13,8 +13,10 @@ name                                      unit     better  meaning
 ``placement_code``                        code     none    0 unknown, 1 early, 2 post-kv, 3 absent
 ``kv_exits_before_negotiation``           exits    none    static: KV-budget exits ahead of the
                                                            first negotiation in ``add_one_req``
-``false_prefillable_reports``             reports  lower   behavioural: cases where the delayer
-                                                           heard ``local_prefillable=True`` and the
+                                                           (absent unless a negotiation was found)
+``false_prefillable_reports``             reports  lower   behavioural: of the two KV-gated cases,
+                                                           those where the delayer heard
+                                                           ``local_prefillable=True`` and the
                                                            request then got ``NO_TOKEN``
 ``chunked_negotiates``                    bool     none    behavioural: ``add_chunked_req``
                                                            negotiates (1) or not (0)
@@ -41,13 +43,14 @@ from dpbench import results
 from dpbench.placement import behavioural, static
 
 PLACEMENT_CODES: dict[str, int] = {"unknown": 0, "early": 1, "post-kv": 2, "absent": 3}
+GATED_CASES = ("kv_budget_reject", "lock_recheck_reject")
 EXIT_UNSUPPORTED = 3
 
 
 def behavioural_label(run: behavioural.BehaviouralPlacement) -> str:
     """The placement the five cases imply: early / post-kv / absent / unknown."""
     by = {c.case: c for c in run.cases}
-    gated = [by[n] for n in ("kv_budget_reject", "lock_recheck_reject") if by[n].constructible]
+    gated = [by[n] for n in GATED_CASES if by[n].constructible]
     verdicts = [
         by[n] for n in ("delay_verdict_blocks", "allow_verdict_admits") if by[n].constructible
     ]
@@ -60,41 +63,57 @@ def behavioural_label(run: behavioural.BehaviouralPlacement) -> str:
     return "post-kv"
 
 
-def build_result(*, static_only: bool = False) -> dict[str, Any]:
-    """The placement run result for the installed SGLang; UnsupportedSGLang if its shape is unknown."""
-    from dpbench.sglang_compat.detect import detect, sglang_info
+def build_result() -> dict[str, Any]:
+    """The placement run result for the installed SGLang; UnsupportedSGLang if its adder's shape is unknown.
+
+    A metric this release cannot give is absent, never a stand-in number: no
+    ``kv_exits_before_negotiation`` unless the static reading found a negotiation
+    (``unknown`` carries its reason instead; ``absent`` has no negotiation to count
+    exits before), no behavioural metrics where SGLang has no PrefillDelayer.
+    """
+    from dpbench.sglang_compat.detect import detect
+    from dpbench.sglang_compat.provenance import detected_placement, sglang_block
 
     started = time.perf_counter()
+    gen = detect(components=("adder",))
     found = static.analyse_installed()
     notes: list[str] = []
-    metrics: dict[str, results.Metric] = {
-        "kv_exits_before_negotiation": results.Metric(
-            float(found.kv_exits_before_negotiation or 0), "exits", "none"
-        ),
+    metrics: dict[str, results.Metric] = {}
+    if found.kv_exits_before_negotiation is not None:
+        metrics["kv_exits_before_negotiation"] = results.Metric(
+            float(found.kv_exits_before_negotiation), "exits", "none"
+        )
+    placement: dict[str, Any] = {
+        **detected_placement(found),
+        "source": "static",
+        "static": found.as_dict(),
     }
-    placement: dict[str, Any] = {"label": found.label, "static": found.as_dict()}
     extra: dict[str, Any] = {"placement_codes": PLACEMENT_CODES}
     if found.label == "unknown":
-        notes.append(f"static analysis: {found.reason}")
+        notes.append(f"static analysis: unknown ({found.reason})")
 
-    if static_only:
-        info: dict[str, Any] = {"version": _version(), "commit": None, "generation": None}
-        notes.append("behavioural probe not run (--static-only)")
+    if gen.variant("PrefillAdder.__init__ keywords") == "no_delayer":
+        notes.append(
+            "behavioural probe not run: this SGLang's PrefillAdder takes no "
+            "prefill_delayer_single_pass (no PrefillDelayer to negotiate with)"
+        )
     else:
-        gen = detect(components=("adder",))
-        info = sglang_info(gen)
         run = behavioural.probe()
         beh = behavioural_label(run)
         placement["behavioural_label"] = beh
         placement["agree"] = beh == found.label
+        placement["source"] = "static+behavioural"
         if found.label == "unknown" and beh != "unknown":
             placement["label"] = beh
+            placement["source"] = "behavioural"
             notes.append(f"label from the behavioural probe ({beh}); the static reading gave none")
         elif beh != found.label:
             notes.append(f"static ({found.label}) and behavioural ({beh}) placement disagree")
-        metrics["false_prefillable_reports"] = results.Metric(
-            float(run.false_prefillable_reports), "reports", "lower"
-        )
+        gated = [c for c in run.cases if c.case in GATED_CASES and c.constructible]
+        if gated:
+            metrics["false_prefillable_reports"] = results.Metric(
+                float(sum(c.false_prefillable_report for c in gated)), "reports", "lower"
+            )
         if run.chunked_negotiates is not None:
             metrics["chunked_negotiates"] = results.Metric(
                 float(run.chunked_negotiates), "bool", "none"
@@ -107,28 +126,24 @@ def build_result(*, static_only: bool = False) -> dict[str, Any]:
             notes.append(f"case {name} not constructible on this release: {case.reason}")
         extra["cases"] = [c.as_dict() for c in run.cases]
         extra["objects"] = run.objects
+    if placement["label"] == "unknown":
+        placement["reason"] = (
+            "; ".join(n for n in notes if n.startswith(("static analysis", "case ")))
+            or found.reason
+        )
 
     metrics["placement_code"] = results.Metric(
         float(PLACEMENT_CODES[placement["label"]]), "code", "none"
     )
     return results.make_run_result(
         tier="placement",
-        sglang=info,
+        sglang=sglang_block(gen, gen.compared),
         metrics=metrics,
         wall_time_s=time.perf_counter() - started,
         placement=placement,
         notes=notes,
         extra=extra,
     )
-
-
-def _version() -> str | None:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 @contextlib.contextmanager
@@ -153,16 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         "--json", action="store_true", help="print the run result as JSON on stdout"
     )
     parser.add_argument("--out", help="also save the run result (atomically) to this path")
-    parser.add_argument(
-        "--static-only", action="store_true", help="only read schedule_policy.py (no import)"
-    )
     args = parser.parse_args(argv)
 
     from dpbench.sglang_compat.detect import UnsupportedSGLang
 
     try:
         with _stdout_to_stderr():
-            result = build_result(static_only=args.static_only)
+            result = build_result()
     except UnsupportedSGLang as exc:
         print(f"unsupported SGLang: {exc}", file=sys.stderr)
         return EXIT_UNSUPPORTED

@@ -9,7 +9,7 @@ piece                  what it is
 =====================  ====================================================================
 allocator              ``TokenToKVPoolAllocator(size, dtype, "cpu", None, False)``: SGLang's
                        real token allocator on CPU tensors (no KV buffer behind it; admission
-                       only reads its free counts). On g2026_10 the adder asks it for the
+                       only reads its free counts). From 0.5.21 on the adder asks it for the
                        real ``PrefillBudget`` through ``create_prefill_budget``.
 tree cache             SGLang's real ``RadixCache`` (``create_simulated(mock_allocator=...)``:
                        no req-to-token pool, otherwise the real tree, locks and evictable
@@ -55,7 +55,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpbench.sglang_compat.detect import Generation, detect, load_api
+from dpbench.sglang_compat.detect import Generation, detect, load_api, variant
 
 
 @dataclass
@@ -74,24 +74,35 @@ class RunningBatch:
 def ensure_server_args(server_args: Any | None = None) -> None:
     """Publish ``server_args`` (default ``ServerArgs(model_path="dummy")``) unless the process already has some.
 
-    The release decides how: ``runtime_context.publish(args, role=...)`` where it exists
-    (0.5.17 on), else ``get_context().set_server_args(args)`` (0.5.16).
+    How is the table's ``server args`` feature (:mod:`.generations`):
+    ``runtime_context.publish(args, role=...)`` (0.5.17 on),
+    ``get_context().set_server_args(args)`` (0.5.15, 0.5.16) or
+    ``server_args.set_global_server_args_for_scheduler(args)`` (0.5.14, whose
+    ``RuntimeContext`` has no server-args slot). Reading them back raises ValueError
+    while unset: ``get_context().server_args`` (0.5.15 on; 0.5.23 retired
+    ``get_global_server_args``), ``get_global_server_args()`` on 0.5.14.
     """
+    how = variant("server args")
+    sa = importlib.import_module("sglang.srt.server_args")
     rc = importlib.import_module("sglang.srt.runtime_context")
-    ctx = rc.get_context()
     if server_args is None:
         try:
-            if ctx.server_args is not None:
+            current = (
+                sa.get_global_server_args()
+                if how == "global_setter"
+                else rc.get_context().server_args
+            )
+            if current is not None:
                 return
         except ValueError:  # "Global server args is not set yet!"
             pass
-        server_args = importlib.import_module("sglang.srt.server_args").ServerArgs(
-            model_path="dummy"
-        )
-    if hasattr(rc, "publish"):
+        server_args = sa.ServerArgs(model_path="dummy")
+    if how == "publish":
         rc.publish(server_args, role="test")
-    else:
-        ctx.set_server_args(server_args)
+    elif how == "context_setter":
+        rc.get_context().set_server_args(server_args)
+    else:  # global_setter
+        sa.set_global_server_args_for_scheduler(server_args)
 
 
 class AdderKit:
@@ -116,8 +127,8 @@ class AdderKit:
 
     @property
     def uses_prefill_budget(self) -> bool:
-        """True where the allocator owns the KV budget (``create_prefill_budget``, g2026_10 on)."""
-        return hasattr(self.api.TokenToKVPoolAllocator, "create_prefill_budget")
+        """True where the allocator owns the KV budget (``PrefillAdder budget`` variant ``prefill_budget``, 0.5.21 on)."""
+        return self.generation.variant("PrefillAdder budget") == "prefill_budget"
 
     # -- construction ------------------------------------------------------------------
     def new_allocator(self, size: int) -> Any:
@@ -214,7 +225,10 @@ class AdderKit:
         return adder.add_chunked_req(req)
 
     def extend_tokens(self, req: Any) -> int:
-        """Tokens the adder admitted for ``req`` this pass (``extend_range`` or ``extend_end``, per release)."""
+        """Tokens the adder admitted for ``req`` this pass (the table's ``Req admitted extend``:
+        ``extend_range`` 0.5.15-0.5.21, ``extend_end`` 0.5.22 on, ``extend_input_len`` 0.5.14)."""
+        if self.generation.variant("Req admitted extend") == "extend_input_len":
+            return int(req.extend_input_len)
         rng = getattr(req, "extend_range", None)
         if rng is not None:
             return int(rng.end - rng.start)

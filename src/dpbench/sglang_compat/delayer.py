@@ -144,24 +144,18 @@ class _ArgsGenerationServerArgs:
 
 
 def detect_generation(delayer_cls: type) -> str:
-    params = inspect.signature(delayer_cls.__init__).parameters
-    if "max_delay_passes" in params:
-        if {"dp_size", "attn_tp_size", "cpu_group", "server_args"} <= params.keys():
-            return GENERATION_ARGS
-        if {
-            "dp_size",
-            "attn_tp_size",
-            "cpu_group",
-        } <= params.keys() and "server_args" not in params:
-            return GENERATION_SIZES_GROUP
-        if "cpu_group" in params and not {"dp_size", "server_args"} & params.keys():
-            return GENERATION_GROUP
-        if not {"cpu_group", "dp_size", "server_args"} & params.keys():
-            return GENERATION_RUNTIME_CONTEXT
-    raise _unsupported(
-        f"PrefillDelayer.__init__{inspect.signature(delayer_cls.__init__)} is not a known shape; "
-        f"supported: {SUPPORTED}"
-    )
+    """The ``PrefillDelayer.__init__`` variant of :mod:`.generations` that ``delayer_cls`` has."""
+    from dpbench.sglang_compat.detect import _required
+    from dpbench.sglang_compat.generations import feature
+
+    init = feature("PrefillDelayer.__init__")
+    shape = _required(delayer_cls.__init__)
+    found = init.by_shape(shape)
+    if found is None:
+        raise _unsupported(
+            f"PrefillDelayer.__init__ is ({shape}), a shape this suite does not know; known: {init.known()}"
+        )
+    return found.name
 
 
 class _GroupHandle:

@@ -1,144 +1,66 @@
-"""Which SGLang API generation is installed, told from signatures and attributes, not version strings.
+"""Which SGLang API shape is installed, told from signatures and attributes, not version strings.
 
-An SGLang *generation* is a span of releases (or unreleased commits) whose scheduler
-API has one shape: how ``PrefillAdder`` is built and keeps its KV budget, how ``Req``,
-``TokenToKVPoolAllocator`` and the ``PrefillDelayer`` are constructed, and what the
-delayer's single-pass executor takes. :func:`observe` reads those shapes off the
-installed classes; :func:`detect` matches them against :data:`GENERATIONS`. A commit
-between releases whose shape matches a known generation is accepted whatever its
-version string says; a shape matching none raises :class:`UnsupportedSGLang`, naming
-what differs and what is supported.
+:func:`observe` reads one normalised string per feature of
+:data:`dpbench.sglang_compat.generations.FEATURES` off the installed classes;
+:func:`detect` maps each to a known variant and returns the :class:`Generation` they
+make. A commit between releases whose shapes are all known is accepted whatever its
+version string says; a shape matching no variant raises :class:`UnsupportedSGLang`
+with one line naming the feature, what was found and what is known.
 
-Shapes are compared per *component* (``adder``, ``delayer``), so a tier that needs
-only the admission side (the placement tier) can ask for just that:
-``detect(components=("adder",))``.
+Shapes are compared per *component* (``adder``, ``delayer``), so a tier that drives
+only the admission side (the placement tier) asks for just that:
+``detect(components=("adder",))``. Adapters ask for one feature's variant:
+``variant("PrefillDelayer.__init__")`` → ``"args"`` / ``"sizes_group"`` / ….
+
+This module is also the one place that reads the installed SGLang's version and commit.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
-COMPONENTS = ("adder", "delayer")
-# Keyword arguments AdderKit.new_adder passes to PrefillAdder, as the scheduler does.
-ADDER_KEYWORDS = (
-    "max_prefill_bs",
-    "max_running_requests",
-    "prefill_delayer_single_pass",
-    "waiting_queue_len",
+from dpbench.sglang_compat.generations import (
+    ADDER_KEYWORDS,
+    COMPONENTS,
+    FEATURES,
+    Generation,
+    feature,
+    features_of,
+    generation_for,
+    generations,
 )
+from dpbench.sglang_compat.source import max_prefill_bs_decay, scheduler_source, version_file_commit
+
+__all__ = [
+    "ADDER_KEYWORDS",
+    "COMPONENTS",
+    "GENERATIONS",
+    "Generation",
+    "UnsupportedSGLang",
+    "detect",
+    "installed_commit",
+    "installed_version",
+    "load_api",
+    "observe",
+    "sglang_info",
+    "variant",
+]
+
+# The generations over both components, oldest first (derived from the table).
+GENERATIONS: tuple[Generation, ...] = generations()
+# Which component each observed feature belongs to.
+FEATURE_COMPONENT: dict[str, str] = {f.key: f.component for f in FEATURES}
 
 
 class UnsupportedSGLang(RuntimeError):
-    """The installed SGLang's API shape matches no generation this suite knows."""
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One API shape of SGLang's scheduler, with the releases it was verified on."""
-
-    name: str
-    releases: str = field(
-        metadata={"help": "releases verified (by running) to have this whole shape"}
-    )
-    description: str
-    # feature -> expected value; each feature belongs to one component (see FEATURE_COMPONENT).
-    features: dict[str, str]
-    # the components detect() compared to pick this generation (all, unless a tier asked for fewer)
-    compared: tuple[str, ...] = COMPONENTS
-    adder_releases: str = field(
-        default="",
-        metadata={
-            "help": "further releases whose adder half alone has this shape (placement probe run)"
-        },
-    )
-
-    def __str__(self) -> str:
-        also = f"; adder half also {self.adder_releases}" if self.adder_releases else ""
-        return f"{self.name} (SGLang {self.releases}{also})"
-
-
-# Which component each observed feature belongs to.
-FEATURE_COMPONENT: dict[str, str] = {
-    "PrefillAdder.__init__ required": "adder",
-    "PrefillAdder.__init__ keywords": "adder",
-    "PrefillAdder.add_one_req": "adder",
-    "PrefillAdder.add_chunked_req": "adder",
-    "PrefillAdder budget": "adder",
-    "TokenToKVPoolAllocator.__init__": "adder",
-    "Req.__init__ leading": "adder",
-    "Req.init_next_round_input": "adder",
-    "RadixCache.create_simulated": "adder",
-    "PrefillDelayer.__init__ required": "delayer",
-    "PrefillDelayerSinglePassExecutor.__init__": "delayer",
-    "PrefillDelayerSinglePassExecutor.finalize": "delayer",
-    "PrefillDelayerSinglePassExecutor.negotiate_should_allow_prefill": "delayer",
-}
-
-_ADDER_COMMON = {
-    "PrefillAdder.__init__ required": (
-        "page_size, tree_cache, token_to_kv_pool_allocator, running_batch, "
-        "new_token_ratio, rem_input_tokens, rem_chunk_tokens"
-    ),
-    "PrefillAdder.__init__ keywords": "has " + ", ".join(ADDER_KEYWORDS),
-    "PrefillAdder.add_one_req": "req, has_chunked_req, truncation_align_size",
-    "PrefillAdder.add_chunked_req": "req",
-    "TokenToKVPoolAllocator.__init__": "size, dtype, device, kvcache, need_sort",
-    "Req.__init__ leading": "rid, origin_input_text, origin_input_ids, sampling_params",
-    "Req.init_next_round_input": "tree_cache=, cow_mamba=",
-    "RadixCache.create_simulated": "disable=, mock_allocator=, page_size=",
-}
-_EXECUTOR_COMMON = {
-    "PrefillDelayerSinglePassExecutor.__init__": "prefill_delayer, token_usage",
-    "PrefillDelayerSinglePassExecutor.negotiate_should_allow_prefill": (
-        "local_prefillable, running_batch=, max_prefill_bs=, max_running_requests=, waiting_queue_len="
-    ),
-}
-
-GENERATIONS: tuple[Generation, ...] = (
-    Generation(
-        name="g2026_07",
-        releases="0.5.16-0.5.17",
-        adder_releases="0.5.19",
-        description=(
-            "PrefillAdder keeps its KV budget in rem_total_token_offset/cur_rem_token_offset; "
-            "PrefillDelayer takes dp_size, attn_tp_size, cpu_group and server_args; "
-            "finalize(*, actual_prefill)"
-        ),
-        features={
-            **_ADDER_COMMON,
-            **_EXECUTOR_COMMON,
-            "PrefillAdder budget": "adder offsets (no create_prefill_budget)",
-            "PrefillDelayer.__init__ required": (
-                "dp_size, attn_tp_size, cpu_group, server_args, max_delay_passes, token_usage_low_watermark"
-            ),
-            "PrefillDelayerSinglePassExecutor.finalize": "actual_prefill",
-        },
-    ),
-    Generation(
-        name="g2026_10",
-        releases="0.5.23",
-        adder_releases="0.5.21",
-        description=(
-            "PrefillAdder delegates its KV budget to token_to_kv_pool_allocator.create_prefill_budget "
-            "(PrefillBudget); PrefillDelayer reads the group from runtime_context; "
-            "finalize(*, actual_prefill_bs)"
-        ),
-        features={
-            **_ADDER_COMMON,
-            **_EXECUTOR_COMMON,
-            "PrefillAdder budget": "allocator.create_prefill_budget",
-            "PrefillDelayer.__init__ required": "max_delay_passes, token_usage_low_watermark",
-            "PrefillDelayerSinglePassExecutor.finalize": "actual_prefill_bs",
-        },
-    ),
-)
+    """The installed SGLang's API shape matches no variant this suite knows; the message is one line."""
 
 
 def _params(func: Any, *, skip_self: bool = True) -> list[inspect.Parameter]:
@@ -165,30 +87,96 @@ def _safe(fn: Any) -> str:
         return f"missing ({exc})"
     except (TypeError, ValueError) as exc:
         return f"no signature ({exc})"
+    except OSError as exc:  # inspect.getsource on a class without source
+        return f"no source ({exc})"
+
+
+DELAYER_MODULE = "sglang.srt.managers.prefill_delayer"
 
 
 def load_api() -> SimpleNamespace:
-    """Import the installed SGLang's scheduler classes the suite drives (about 10 s on first import)."""
+    """Import the installed SGLang's scheduler classes the suite drives (about 10 s on first import).
+
+    ``PrefillDelayer`` and its executor are None where SGLang has no
+    ``sglang.srt.managers.prefill_delayer`` (releases before the delayer existed).
+    """
     policy = importlib.import_module("sglang.srt.managers.schedule_policy")
     batch = importlib.import_module("sglang.srt.managers.schedule_batch")
-    delayer = importlib.import_module("sglang.srt.managers.prefill_delayer")
     token = importlib.import_module("sglang.srt.mem_cache.allocator.token")
     radix = importlib.import_module("sglang.srt.mem_cache.radix_cache")
+    has_delayer = importlib.util.find_spec(DELAYER_MODULE) is not None
+    delayer = importlib.import_module(DELAYER_MODULE) if has_delayer else None
     return SimpleNamespace(
         PrefillAdder=policy.PrefillAdder,
         AddReqResult=policy.AddReqResult,
         Req=batch.Req,
-        PrefillDelayer=delayer.PrefillDelayer,
-        PrefillDelayerSinglePassExecutor=delayer.PrefillDelayerSinglePassExecutor,
+        PrefillDelayer=getattr(delayer, "PrefillDelayer", None),
+        PrefillDelayerSinglePassExecutor=getattr(delayer, "PrefillDelayerSinglePassExecutor", None),
         TokenToKVPoolAllocator=token.TokenToKVPoolAllocator,
         RadixCache=radix.RadixCache,
+        delayer_module=delayer,
+        runtime_context=importlib.import_module("sglang.srt.runtime_context"),
+        server_args=importlib.import_module("sglang.srt.server_args"),
+        scheduler_source=scheduler_source(),
     )
 
 
-def observe(api: Any) -> dict[str, str]:
-    """The installed API's shape: one normalised string per feature in FEATURE_COMPONENT.
+ABSENT = "absent (no sglang.srt.managers.prefill_delayer)"
 
-    ``api`` is any object with the class attributes :func:`load_api` returns (tests pass fakes).
+
+def _server_args_shape(api: Any) -> str:
+    rc = getattr(api, "runtime_context", None)
+    if rc is not None and hasattr(rc, "publish"):
+        return "runtime_context.publish"
+    if rc is not None and hasattr(getattr(rc, "RuntimeContext", None), "set_server_args"):
+        return "RuntimeContext.set_server_args"
+    if hasattr(getattr(api, "server_args", None), "set_global_server_args_for_scheduler"):
+        return "server_args.set_global_server_args_for_scheduler"
+    return (
+        "none of runtime_context.publish, RuntimeContext.set_server_args, "
+        "server_args.set_global_server_args_for_scheduler"
+    )
+
+
+def _computed_prefix_shape(req: Any) -> str:
+    src = inspect.getsource(req.__init__)
+    if "self.prefix_indices" in src:
+        return "self.prefix_indices"
+    if "self.prefix_len" in src:
+        return "self.prefix_len"
+    return "Req.__init__ sets neither prefix_indices nor prefix_len"
+
+
+def _admitted_extend_shape(req: Any) -> str:
+    if hasattr(req, "set_extend_range"):
+        return "Req.set_extend_range"
+    if "self.extend_end" in inspect.getsource(req):
+        return "Req.extend_end"
+    if hasattr(req, "set_extend_input_len"):
+        return "Req.set_extend_input_len"
+    return "Req has none of set_extend_range, extend_end, set_extend_input_len"
+
+
+def _max_prefill_bs_shape(api: Any) -> str:
+    if api.PrefillDelayer is None:
+        return ABSENT
+    if hasattr(getattr(api, "delayer_module", None), "RecentPrefillBatchSizeTracker"):
+        return "RecentPrefillBatchSizeTracker"
+    text = getattr(api, "scheduler_source", None)
+    if text is None:
+        return "scheduler.py not found"
+    factors = max_prefill_bs_decay(text)
+    if len(set(factors)) > 1:
+        return f"scheduler.py decays max_prefill_bs by several factors {factors}"
+    return "scheduler running maximum decayed per pass" if factors else "scheduler running maximum"
+
+
+def observe(api: Any) -> dict[str, str]:
+    """The installed API's shape: one normalised string per feature of the table.
+
+    ``api`` is any object with the attributes :func:`load_api` returns (tests pass fakes;
+    ``runtime_context``, ``server_args``, ``delayer_module`` and ``scheduler_source`` may
+    be missing there).
     """
     adder, alloc, req = api.PrefillAdder, api.TokenToKVPoolAllocator, api.Req
     delayer, executor = api.PrefillDelayer, api.PrefillDelayerSinglePassExecutor
@@ -207,10 +195,13 @@ def observe(api: Any) -> dict[str, str]:
 
     def adder_keywords() -> str:
         names = {p.name for p in _params(adder.__init__)}
+        if "prefill_delayer_single_pass" not in names:
+            return "no prefill_delayer_single_pass"
         missing = [k for k in ADDER_KEYWORDS if k not in names]
         return f"missing {', '.join(missing)}" if missing else "has " + ", ".join(ADDER_KEYWORDS)
 
-    return {
+    seen = {
+        "server args": _server_args_shape(api),
         "PrefillAdder.__init__ required": _safe(lambda: _required(adder.__init__)),
         "PrefillAdder.__init__ keywords": _safe(adder_keywords),
         "PrefillAdder.add_one_req": _safe(lambda: _fmt(_params(adder.add_one_req))),
@@ -219,80 +210,115 @@ def observe(api: Any) -> dict[str, str]:
         "TokenToKVPoolAllocator.__init__": _safe(lambda: _fmt(_params(alloc.__init__))),
         "Req.__init__ leading": _safe(lambda: ", ".join(p.name for p in _params(req.__init__)[:4])),
         "Req.init_next_round_input": _safe(lambda: _fmt(_params(req.init_next_round_input)[:2])),
+        "Req computed prefix": _safe(lambda: _computed_prefix_shape(req)),
+        "Req admitted extend": _safe(lambda: _admitted_extend_shape(req)),
         "RadixCache.create_simulated": _safe(
             lambda: _fmt(_params(api.RadixCache.create_simulated, skip_self=False)[:3])
         ),
-        "PrefillDelayer.__init__ required": _safe(lambda: _required(delayer.__init__)),
-        "PrefillDelayerSinglePassExecutor.__init__": _safe(
-            lambda: _fmt(_params(executor.__init__))
-        ),
-        "PrefillDelayerSinglePassExecutor.finalize": _safe(finalize),
-        "PrefillDelayerSinglePassExecutor.negotiate_should_allow_prefill": _safe(
-            lambda: _fmt(_params(executor.negotiate_should_allow_prefill))
-        ),
+        "max_prefill_bs bookkeeping": _max_prefill_bs_shape(api),
     }
+    if delayer is None or executor is None:
+        seen.update({f.key: ABSENT for f in FEATURES if f.component == "delayer"})
+        return seen
+    seen.update(
+        {
+            "PrefillDelayer.__init__": _safe(lambda: _required(delayer.__init__)),
+            "PrefillDelayerSinglePassExecutor.__init__": _safe(
+                lambda: _fmt(_params(executor.__init__))
+            ),
+            "PrefillDelayerSinglePassExecutor.finalize": _safe(finalize),
+            "PrefillDelayerSinglePassExecutor.negotiate_should_allow_prefill": _safe(
+                lambda: _fmt(_params(executor.negotiate_should_allow_prefill))
+            ),
+        }
+    )
+    return seen
 
 
-def _differences(gen: Generation, seen: dict[str, str], components: tuple[str, ...]) -> list[str]:
-    return [
-        f"{feat}: expected ({want}), found ({seen.get(feat, 'not observed')})"
-        for feat, want in gen.features.items()
-        if FEATURE_COMPONENT[feat] in components and seen.get(feat) != want
-    ]
+def _unknown(key: str, seen: str) -> str:
+    f = feature(key)
+    return f"{key} is ({seen}); known: {f.known()}"
 
 
 def detect(api: Any | None = None, *, components: Iterable[str] = COMPONENTS) -> Generation:
-    """The generation whose shape the installed SGLang (or ``api``) has; UnsupportedSGLang if none.
+    """The generation the installed SGLang (or ``api``) has over ``components``; UnsupportedSGLang if any shape is unknown.
 
     ``components`` limits the comparison to what a caller drives (``("adder",)`` for the
     placement tier): a commit whose delayer changed shape can still be probed for placement.
     """
     comps = tuple(components)
-    bad = [c for c in comps if c not in COMPONENTS]
-    if bad:
-        raise ValueError(f"unknown component(s) {bad}; allowed: {list(COMPONENTS)}")
+    feats = features_of(comps)
     if api is None:
+        api = _installed_api()
+    seen = observe(api)
+    variants: dict[str, str] = {}
+    unknown: list[str] = []
+    for f in feats:
+        v = f.by_shape(seen[f.key])
+        if v is None:
+            unknown.append(_unknown(f.key, seen[f.key]))
+        else:
+            variants[f.key] = v.name
+    if unknown:
+        version = installed_version() if api is _INSTALLED.get("api") else None
+        raise UnsupportedSGLang(
+            f"SGLang {version or '(this build)'} has an API shape this suite does not support: "
+            + " | ".join(unknown)
+        )
+    return generation_for(variants, comps)
+
+
+def variant(key: str, api: Any | None = None) -> str:
+    """The variant name of one feature in the installed SGLang (or ``api``); UnsupportedSGLang if unknown."""
+    f = feature(key)
+    if api is None:
+        api = _installed_api()
+    seen = observe(api)[key]
+    v = f.by_shape(seen)
+    if v is None:
+        version = installed_version() if api is _INSTALLED.get("api") else None
+        raise UnsupportedSGLang(f"SGLang {version or '(this build)'}: " + _unknown(key, seen))
+    return v.name
+
+
+_INSTALLED: dict[str, Any] = {}
+
+
+def _installed_api() -> Any:
+    """The installed SGLang's classes, imported once per process; UnsupportedSGLang if they do not import."""
+    if "api" not in _INSTALLED:
         try:
-            api = load_api()
+            _INSTALLED["api"] = load_api()
         except ImportError as exc:
             raise UnsupportedSGLang(
-                f"cannot import SGLang's scheduler classes ({exc}); supported: {supported()}"
+                f"cannot import SGLang's scheduler classes ({exc}); supported: "
+                + ", ".join(str(g) for g in GENERATIONS)
             ) from exc
-    seen = observe(api)
-    diffs = {g.name: _differences(g, seen, comps) for g in GENERATIONS}
-    for gen in GENERATIONS:
-        if not diffs[gen.name]:
-            return replace(gen, compared=comps)
-    closest = min(GENERATIONS, key=lambda g: len(diffs[g.name]))
-    version = _installed_version()
-    raise UnsupportedSGLang(
-        f"SGLang {version or '(version unknown)'} has an API shape this suite does not support "
-        f"(compared: {', '.join(comps)}). Closest generation {closest}; differs in: "
-        + "; ".join(diffs[closest.name])
-        + f". Supported: {supported()}."
-    )
+    return _INSTALLED["api"]
 
 
 def supported() -> str:
     return ", ".join(str(g) for g in GENERATIONS)
 
 
-def _installed_version() -> str | None:
+def installed_version() -> str | None:
+    """The installed SGLang's version (package metadata; SGLang is not imported), None if not installed."""
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _installed_commit() -> str | None:
-    """The git commit SGLang was built from: its _version.py, else pip's direct_url.json (git installs)."""
-    try:
-        mod = importlib.import_module("sglang._version")
-        commit = getattr(mod, "commit_id", None) or getattr(mod, "__commit_id__", None)
-        if commit:
-            return str(commit)
-    except Exception:  # any failure here just means "no commit recorded"
-        pass
+def installed_commit() -> str | None:
+    """The git commit SGLang was built from: its ``_version.py`` (read, not imported), else
+    pip's direct_url.json for git installs, else None.
+
+    Release wheels record none (``commit_id = None``); their commit in the release-history
+    repository is asv's.
+    """
+    from_file = version_file_commit()
+    if from_file:
+        return from_file
     try:
         text = importlib.metadata.distribution("sglang").read_text("direct_url.json")
     except importlib.metadata.PackageNotFoundError:
@@ -306,17 +332,19 @@ def _installed_commit() -> str | None:
 def sglang_info(
     generation: Generation | None = None, *, components: Iterable[str] = COMPONENTS
 ) -> dict[str, Any]:
-    """``{"version", "commit", "generation"}`` of the installed SGLang, for run results.
+    """``{"version", "commit", "generation", "generation_compared", "variants"}`` of the installed SGLang.
 
     ``generation`` is detected over ``components`` unless given; an unsupported shape
-    raises :class:`UnsupportedSGLang` (benchmarks turn it into an asv skip).
+    raises :class:`UnsupportedSGLang` (benchmarks turn it into an asv skip). Prefer
+    :func:`dpbench.sglang_compat.provenance.provenance`, which adds the detected placement.
     """
     if generation is None:
         generation = detect(components=components)
     return {
-        "version": _installed_version(),
-        "commit": _installed_commit(),
+        "version": installed_version(),
+        "commit": installed_commit(),
         "generation": generation.name,
         # a generation matched on fewer components says nothing about the others
         "generation_compared": list(generation.compared),
+        "variants": dict(generation.variants),
     }

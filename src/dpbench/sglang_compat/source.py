@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 SCHEDULE_POLICY = ("srt", "managers", "schedule_policy.py")
@@ -26,3 +27,35 @@ def schedule_policy_path() -> Path:
             f"the installed SGLang has no {'/'.join(SCHEDULE_POLICY)} (looked at {path})"
         )
     return path
+
+
+def scheduler_source() -> str | None:
+    """The text of the installed ``sglang/srt/managers/scheduler.py`` (it does not import on a CPU), or None."""
+    try:
+        path = sglang_package_dir() / "srt" / "managers" / "scheduler.py"
+    except FileNotFoundError:
+        return None
+    return path.read_text() if path.is_file() else None
+
+
+_DECAY_RE = re.compile(r"self\.max_prefill_bs\s*\*=\s*([0-9.]+)")
+
+
+def max_prefill_bs_decay(scheduler_text: str) -> list[float]:
+    """The factors ``scheduler.py`` multiplies ``max_prefill_bs`` by once per pass (0.5.17: ``[0.998]``)."""
+    return [float(x) for x in _DECAY_RE.findall(scheduler_text)]
+
+
+_COMMIT_RE = re.compile(r"""^__commit_id__\s*=\s*commit_id\s*=\s*['"]([0-9a-fA-Fg.]+)['"]""", re.M)
+
+
+def version_file_commit() -> str | None:
+    """The commit in the installed ``sglang/_version.py`` (written by the build; None in release wheels)."""
+    try:
+        path = sglang_package_dir() / "_version.py"
+    except FileNotFoundError:
+        return None
+    if not path.is_file():
+        return None
+    found = _COMMIT_RE.search(path.read_text())
+    return found.group(1) if found else None
