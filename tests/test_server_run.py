@@ -73,6 +73,7 @@ def test_execute_against_the_protocol_double_writes_a_valid_run_result(python_05
     port = prep.config.port
     prep = dataclasses.replace(
         prep,
+        python=str(python_0523),  # provenance is read from the install whose flags were used
         command=[
             sys.executable,
             "-m",

@@ -116,3 +116,42 @@ def cpu_requirements(wheel: Path) -> list[str]:
         req = pinned.get(key)
         out.append(f"{name}{req.specifier}" if req is not None and req.specifier else name)
     return out
+
+
+# The server tier on a CPU (SGLang's real launch_server, forward simulated) imports more
+# than the CPU tiers: the release's other runtime dependencies, minus build and profiling
+# tools it never imports while serving, plus its own sglang-kernel wheel installed
+# --no-deps (its native-op loader is disabled by dpbench.sglang_compat.simforward).
+SERVER_TOOLING = frozenset(
+    canonicalize_name(n)
+    for n in (
+        "build",
+        "ninja",
+        "py-spy",
+        "numba",
+        "nvidia-mathdx",
+        "nvshmem4py-cu13",
+        "kernels",
+        "modelscope",
+        "deepseek-recipe",
+        "tml-renderers",
+        "timm",
+        # Mistral tokenizers only (the server runs with --skip-tokenizer-init); its
+        # releases need numpy < 2.4, which conflicts with the CPU tiers' numpy pin
+        "mistral_common",
+    )
+)
+SERVER_KERNEL = canonicalize_name("sglang-kernel")
+
+
+def server_requirements(wheel: Path) -> tuple[list[str], str | None]:
+    """(the release's non-GPU runtime requirements for the server tier, its pinned sglang-kernel)."""
+    out: list[str] = []
+    kernel = None
+    for req in wheel_requirements(wheel):
+        key = canonicalize_name(req.name)
+        if key == SERVER_KERNEL:
+            kernel = f"{req.name}{req.specifier}"
+        elif key not in GPU_ONLY and key not in SERVER_TOOLING:
+            out.append(f"{req.name}{req.specifier}")
+    return out, kernel

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpbench.atomic import write_json
-from dpbench.envs.pins import TORCH_PAIR, cpu_requirements
+from dpbench.envs.pins import TORCH_PAIR, cpu_requirements, server_requirements
 from dpbench.paths import cache_dir, project_root
 
 # Bump when what an environment holds changes, so stale environments are rebuilt.
@@ -115,7 +115,9 @@ def _site_packages(python: str | Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def install_release(python: str | Path, version: str, *, with_dpbench: bool = True) -> dict:
+def install_release(
+    python: str | Path, version: str, *, with_dpbench: bool = True, with_server: bool = False
+) -> dict:
     """Install SGLang ``version`` (no deps), its pinned CPU imports and the shared torch into ``python``'s env.
 
     Used both by :func:`ensure_env` and by asv's ``install_command`` (through
@@ -140,7 +142,52 @@ def install_release(python: str | Path, version: str, *, with_dpbench: bool = Tr
             "aiohttp>=3.9",
             "prometheus-client>=0.20",
         )
-    return {"sglang": version, "wheel": wheel.name, "requirements": reqs, "torch_base": str(base)}
+    info = {"sglang": version, "wheel": wheel.name, "requirements": reqs, "torch_base": str(base)}
+    if with_server:
+        info["server"] = install_server_extras(python, version)
+    return info
+
+
+def install_server_extras(python: str | Path, version: str) -> dict:
+    """Add what SGLang's real server needs on a CPU to ``python``'s env, changing nothing installed.
+
+    The installed packages are passed to pip as constraints, so the CPU tiers' pins stay.
+    """
+    import tempfile
+
+    wheel = wheel_path(version)
+    reqs, kernel = server_requirements(wheel)
+    frozen = subprocess.run(
+        [str(python), "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pins = [ln for ln in frozen.splitlines() if "==" in ln and not ln.startswith("-")]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+        fh.write("\n".join(pins) + "\n")
+    try:
+        _pip(python, "-c", fh.name, *reqs)
+    finally:
+        os.unlink(fh.name)
+    if kernel is None:
+        raise EnvError(f"sglang {version}'s metadata pins no sglang-kernel; the server tier needs it")
+    _pip(python, "--no-deps", kernel)
+    return {"requirements": reqs, "kernel": kernel}
+
+
+def ensure_server_env(version: str) -> ReleaseEnv:
+    """The release environment with the server tier's extras added (once; stamped)."""
+    rel = ensure_env(version)
+    stamp = rel.path / "dpbench-env.json"
+    if "server" in json.loads(stamp.read_text()):
+        return rel
+    with _locked(cache_dir() / "envs" / f".sglang-{version}.lock"):
+        have = json.loads(stamp.read_text())
+        if "server" not in have:
+            have["server"] = install_server_extras(rel.python, version)
+            write_json(stamp, have)
+    return rel
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,13 @@ _SHOWN = (
     "delayer_delay_fraction",
     "kv_token_usage_fraction_max",
     "server_startup_s",
+    "dp_mixed_step_fraction",
+    "decode_rank_s_beside_prefill",
+    "decode_rank_time_beside_prefill_fraction",
+    "simulated_step_ms_p50",
+    "scheduler_overhead_ms_p50",
+    "scheduler_overhead_ms_p90",
+    "steps_count",
 )
 
 
@@ -62,7 +69,12 @@ def _options(
     startup_deadline_s: float,
     attention_backend: str | None,
     chunked_prefill_size: int | None,
+    simulate_forward: bool = False,
+    time_scale: float = 1.0,
+    sglang: str | None = None,
 ) -> RunOptions:
+    if sglang and python:
+        raise typer.BadParameter("give --sglang VERSION or --python, not both")
     return RunOptions(
         spec=spec,
         tp_size=tp,
@@ -80,7 +92,46 @@ def _options(
         startup_deadline_s=startup_deadline_s,
         attention_backend=attention_backend,
         chunked_prefill_size=chunked_prefill_size,
+        simulate_forward=simulate_forward,
+        time_scale=time_scale,
+        sglang=sglang,
+        check_gpus=not simulate_forward,
     )
+
+
+SimulateForward = Annotated[
+    bool,
+    typer.Option(
+        "--simulate-forward",
+        help="CPU: SGLang's real server with the model forward simulated by the twin's cost model "
+        "(tp = dp, one scheduler per DP rank); results are marked executor: simulated",
+    ),
+]
+TimeScale = Annotated[
+    float,
+    typer.Option(
+        help="simulated forward sleeps and arrival gaps are multiplied by this (0 < s ≤ 100)"
+    ),
+]
+Release = Annotated[
+    str | None,
+    typer.Option(
+        "--sglang", help="run from this SGLang release's environment (built on first use)"
+    ),
+]
+
+
+def _fail(message: str) -> None:
+    console().print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _first_line_and_log(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    # the last traceback line of the log tail says why SGLang died
+    cause = next((ln.strip() for ln in reversed(lines[1:]) if "Error" in ln or "error" in ln), None)
+    return f"{first}{' — ' + cause if cause else ''}"
 
 
 Tp = Annotated[int, typer.Option("--tp", help="tensor-parallel size (GPUs, all nodes)")]
@@ -133,8 +184,15 @@ def run(
     attention_backend: str | None = None,
     chunked_prefill_size: int | None = None,
     dry_run: Annotated[bool, typer.Option(help="print the launch command and exit")] = False,
+    simulate_forward: SimulateForward = False,
+    time_scale: TimeScale = 1.0,
+    sglang: Release = None,
 ) -> None:
     """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result."""
+    from dpbench.envs.venv import EnvError
+    from dpbench.server.launcher import ServerStartError
+    from dpbench.server.run import RunIncomplete, ServerRunError
+
     opts = _options(
         spec,
         tp,
@@ -153,8 +211,14 @@ def run(
         startup_deadline_s,
         attention_backend,
         chunked_prefill_size,
+        simulate_forward,
+        time_scale,
+        sglang,
     )
-    prep = prepare(opts)
+    try:
+        prep = prepare(opts)
+    except (ServerRunError, EnvError) as exc:
+        _fail(_first_line_and_log(exc))
     con = console()
     con.print(f"[bold]launch:[/bold] {' '.join(prep.command)}")
     for note in prep.notes:
@@ -174,11 +238,23 @@ def run(
             rate = done[0] / max(time.monotonic() - t_start[0], 1e-6)
             bar.update(task, advance=1, description=f"requests ({rate:.1f}/s)")
 
-        result = execute(prep, on_done=on_done)
+        try:
+            result = execute(prep, on_done=on_done)
+        except RunIncomplete as exc:
+            results.save(output, exc.result)
+            _fail(f"{exc} (partial result: {output})")
+        except (ServerStartError, ServerRunError) as exc:
+            _fail(_first_line_and_log(exc))
     results.save(output, result)
+    executor = result["extra"].get("executor", {})
+    kind = (
+        f"simulated forward, cost model {executor.get('cost_model')}, time scale {executor.get('time_scale')}"
+        if executor.get("kind") == "simulated"
+        else "GPU"
+    )
     table = Table(
-        title=f"{prep.spec.name}: tp={opts.tp_size} dp={prep.config.dp_size} "
-        f"delayer={'on' if opts.delayer else 'off'} (SGLang {result['sglang'].get('version')})"
+        title=f"{prep.spec.name}: tp={prep.config.tp_size} dp={prep.config.dp_size} "
+        f"delayer={'on' if opts.delayer else 'off'} (SGLang {result['sglang'].get('version')}; {kind})"
     )
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -3,21 +3,28 @@
 :func:`prepare` does everything that needs no GPU (load the spec, generate the trace,
 plan the KV pool, read the install's flags, build the command), so it is testable on
 CPU; :func:`execute` starts the server and drives the load.
+
+With ``simulate_forward`` the same launcher starts SGLang's real server on a CPU with
+only the model forward simulated (:mod:`dpbench.sglang_compat.simforward`): every
+number it reports is marked ``executor: simulated`` with the cost model's name.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpbench.paths import results_dir
-from dpbench.procs import free_port
+from dpbench.paths import results_dir, workloads_dir
+from dpbench.procs import free_port, group_members
 from dpbench.results import Metric, make_run_result
 from dpbench.server.client import GenerateRequest, RequestOutcome
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
@@ -25,7 +32,25 @@ from dpbench.server.launcher import ServerProcess, check_gpus
 from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
 from dpbench.server.stats import Slo, per_rank_counts, summarize
+from dpbench.sglang_compat.detect import UnsupportedSGLang
 from dpbench.sglang_compat.server import ServerFlags, server_flags
+
+# SGLang loads this config (shape only, no weights) in simulated-forward runs: DeepSeek-V3's
+# attention shapes and vocabulary with 4 layers, so its KV pool fits a CPU's memory. The
+# forward's time comes from the cost model of the spec's own model.
+SIM_SERVER_MODEL = "deepseek-v3-tiny"
+
+
+class ServerRunError(RuntimeError):
+    """The server run could not start or did not finish; the message is one line."""
+
+
+class RunIncomplete(ServerRunError):
+    """The server (or one of its ranks) died during the run; ``result`` holds what was measured."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +88,20 @@ class RunOptions:
     )
     extra_args: tuple[str, ...] = ()
     check_gpus: bool = True
+    simulate_forward: bool = field(
+        default=False,
+        metadata={"help": "CPU: SGLang's real server, forward simulated by the twin's cost model"},
+    )
+    time_scale: float = field(
+        default=1.0,
+        metadata={"help": "simulated forward sleeps and arrival times are multiplied by this"},
+    )
+    sglang: str | None = field(
+        default=None, metadata={"help": "run from this release's environment (sets python)"}
+    )
+    calibration: str | None = field(
+        default=None, metadata={"help": "kernel calibration file for the cost model"}
+    )
 
 
 @dataclass
@@ -77,13 +116,32 @@ class Prepared:
     command: list[str]
     kv_plan: dict[str, Any] | None
     notes: list[str]
+    python: str = sys.executable
 
 
-def _schedule_for(spec: Any, trace: list[Any]) -> Schedule:
+def _schedule_for(spec: Any, trace: list[Any], time_scale: float = 1.0) -> Schedule:
     arrival = spec.arrival
     if getattr(arrival, "process", None) == "closed_loop":
         return Schedule.closed_loop(int(arrival.concurrency))
-    return Schedule.from_arrivals([r.arrival_s for r in trace])
+    return Schedule.from_arrivals([r.arrival_s * time_scale for r in trace])
+
+
+def release_python(version: str) -> str:
+    """The interpreter of SGLang ``version``'s release environment, with the server tier's extras."""
+    from dpbench.envs.venv import ensure_server_env
+
+    return str(ensure_server_env(version).python)
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ServerRunError(
+                f"port {port} on {host} is taken ({exc.strerror}); pass another --port or leave it out "
+                f"to get a free one"
+            ) from None
 
 
 def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
@@ -122,16 +180,33 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
                 )
                 if hasattr(plan, k)
             }
-    if opts.model_path:
+    python = release_python(opts.sglang) if opts.sglang else opts.python
+    extra_args = tuple(opts.extra_args)
+    tp_size = opts.tp_size
+    if opts.simulate_forward:
+        if opts.model_path:
+            raise ServerRunError(
+                "--model and --simulate-forward exclude each other: the simulated forward loads no weights"
+            )
+        model_path, load_format = str(workloads_dir() / "models" / SIM_SERVER_MODEL), "dummy"
+        tp_size = dp  # one scheduler per DP rank (attention TP 1)
+        extra_args = ("--device", "cpu", *extra_args)
+        notes.append(
+            f"simulated forward: SGLang loads {SIM_SERVER_MODEL}'s shape (no weights) on the CPU; "
+            f"forward time from the cost model of {spec.model.name if hasattr(spec.model, 'name') else spec.model}"
+        )
+    elif opts.model_path:
         model_path, load_format = opts.model_path, None
     else:
         model_path, load_format = str(Path(spec.model).parent), "dummy"
         notes.append(f"dummy weights from the config at {model_path}")
+    if opts.port:
+        check_port_free(opts.port)
     port = opts.port or free_port()
     cfg = ServerConfig(
         model_path=model_path,
         load_format=load_format,
-        tp_size=opts.tp_size,
+        tp_size=tp_size,
         dp_size=dp,
         delayer=DelayerConfig(
             enabled=opts.delayer,
@@ -150,10 +225,10 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         nnodes=opts.nnodes,
         node_rank=opts.node_rank,
         dist_init_addr=opts.dist_init_addr,
-        extra_args=opts.extra_args,
+        extra_args=extra_args,
     )
-    flags = flags or server_flags(opts.python)
-    command = build_command(cfg, flags, python=opts.python)
+    flags = flags or server_flags(python)
+    command = build_command(cfg, flags, python=python)
     requests = [
         GenerateRequest(r.id, r.token_ids(model.vocab_size), r.max_new_tokens, r.ignore_eos)
         for r in trace
@@ -163,24 +238,113 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         spec,
         spec_hash(spec),
         requests,
-        _schedule_for(spec, trace),
+        _schedule_for(spec, trace, opts.time_scale),
         cfg,
         flags,
         command,
         plan_info,
         notes,
+        python,
     )
 
 
-def _sglang_info(python: str, version: str) -> dict[str, Any]:
-    snippet = "import json; from dpbench.sglang_compat.detect import sglang_info; print(json.dumps(sglang_info()))"
-    try:
-        proc = subprocess.run([python, "-c", snippet], capture_output=True, text=True, timeout=300)
-        if proc.returncode == 0:
-            return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
-        pass
-    return {"version": version, "commit": None, "generation": None}
+_PROVENANCE_SNIPPET = """
+import json
+from dpbench.sglang_compat.detect import UnsupportedSGLang
+try:
+    from dpbench.sglang_compat.provenance import provenance
+    print(json.dumps(provenance()))
+except UnsupportedSGLang as exc:
+    print(json.dumps({"unsupported": str(exc)}))
+"""
+
+
+def provenance_of(python: str) -> dict[str, Any]:
+    """``{"sglang": …, "placement": …}`` of the SGLang installed for ``python`` (raises; never guesses)."""
+    proc = subprocess.run(
+        [python, "-c", _PROVENANCE_SNIPPET], capture_output=True, text=True, timeout=300
+    )
+    if proc.returncode != 0:
+        last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        raise ServerRunError(
+            f"could not read SGLang's version/generation with {python}: {last[-1] if last else proc.returncode}"
+        )
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "unsupported" in data:
+        raise UnsupportedSGLang(data["unsupported"])
+    return data
+
+
+class _RankWatch:
+    """Notices a server process dying while the load runs, and stops the server so the load ends."""
+
+    def __init__(self, server: ServerProcess, poll_s: float = 0.5) -> None:
+        self.server = server
+        self.poll_s = poll_s
+        self.baseline = set(group_members(server.pgid))
+        self.died: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _RankWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _title(pid: int) -> str:
+        return _TITLES.get(pid, str(pid))
+
+    def _run(self) -> None:
+        for pid in self.baseline:
+            try:
+                raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+                _TITLES[pid] = raw.replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+            except OSError:
+                _TITLES[pid] = str(pid)
+        while not self._stop.wait(self.poll_s):
+            alive = set(group_members(self.server.pgid))
+            gone = sorted(self.baseline - alive)
+            if gone:
+                self.died = ", ".join(f"pid {p} ({self._title(p)})" for p in gone)
+                self.server.stop()  # in-flight requests fail now instead of hanging
+                return
+
+
+_TITLES: dict[int, str] = {}
+
+
+def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """Write the stand-in's config; return the server's environment and the executor block."""
+    from dpbench.server import simcost
+    from dpbench.sglang_compat.simforward import SimForwardConfig, server_env
+
+    opts, cfg = prep.options, prep.config
+    model = str(prep.spec.model)
+    cost_args = {"model": model, "dp_size": cfg.dp_size, "calibration": opts.calibration}
+    conf = SimForwardConfig(
+        record_dir=str(run_dir / "steps"),
+        cost_factory=simcost.FACTORY,
+        cost_args=cost_args,
+        time_scale=opts.time_scale,
+    )
+    path = conf.write(run_dir / "simforward.json")
+    described = simcost.describe(**cost_args)
+    executor = {
+        "kind": "simulated",
+        "cost_model": described["name"],
+        "cost_model_description": described["description"],
+        "time_scale": opts.time_scale,
+        "server_model_shape": SIM_SERVER_MODEL,
+        "real": "HTTP server, tokenizer manager, DP controller, schedulers, PrefillDelayer, "
+        "radix cache, KV pool, metrics, gloo MLP sync",
+        "simulated": "forward time (cost model), next tokens, CUDA-only setup (weights, "
+        "attention backends, CUDA graphs, NCCL)",
+    }
+    return server_env(path, dp_size=cfg.dp_size), executor
 
 
 def execute(
@@ -189,14 +353,20 @@ def execute(
     on_done: Callable[[RequestOutcome], None] | None = None,
     log_path: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Start the server, wait until ready, replay the trace, scrape metrics, stop; return the run result."""
+    """Start the server, wait until ready, replay the trace, scrape metrics, stop; return the run result.
+
+    Raises :class:`RunIncomplete` (carrying the partial result) when a server process
+    died during the run, and :class:`ServerStartError` when it never became ready.
+    """
+    from dpbench import faults
+
     opts, cfg = prep.options, prep.config
     if cfg.node_rank != 0:
-        raise RuntimeError(
+        raise ServerRunError(
             f"node_rank={cfg.node_rank}: the load is driven from node 0; on the other nodes start SGLang with "
             f"`dpbench server launch SPEC --nnodes {cfg.nnodes} --node-rank N --dist-init-addr {cfg.dist_init_addr}`"
         )
-    if opts.check_gpus:
+    if opts.check_gpus and not opts.simulate_forward:
         # At least the planned KV pool must fit on every GPU (weights come on top).
         check_gpus(
             cfg.gpus_per_node, min_free_gib=float((prep.kv_plan or {}).get("gib_per_rank", 0.0))
@@ -204,35 +374,81 @@ def execute(
     t0 = time.monotonic()
     base_url = f"http://127.0.0.1:{cfg.port}"
     log_dir = Path(opts.log_dir) if opts.log_dir else results_dir() / "server-logs"
-    log = Path(
-        log_path
-        or log_dir
-        / f"{prep.spec.name}-tp{cfg.tp_size}-dp{cfg.dp_size}-"
-        f"{'delayer' if cfg.delayer.enabled else 'nodelayer'}-{int(time.time())}.log"
+    mode = "sim" if opts.simulate_forward else "gpu"
+    stem = (
+        f"{prep.spec.name}-{mode}-tp{cfg.tp_size}-dp{cfg.dp_size}-"
+        f"{'delayer' if cfg.delayer.enabled else 'nodelayer'}-{int(time.time())}-{os.getpid()}"
     )
-    with ServerProcess(prep.command, base_url=base_url, log_path=log) as server:
+    log = Path(log_path or log_dir / f"{stem}.log")
+    provenance = provenance_of(prep.python)
+    env: dict[str, str] | None = None
+    executor: dict[str, Any] = {"kind": "gpu"}
+    run_dir = log.with_suffix("")
+    if opts.simulate_forward:
+        faults.inject_if_requested("server-sim")
+        env, executor = _sim_setup(prep, run_dir)
+    died: str | None = None
+    ready_s = float("nan")
+    load = None
+    before = after = None
+    t_load = time.monotonic()
+    with ServerProcess(prep.command, base_url=base_url, log_path=log, env=env) as server:
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
         before = scrape(base_url)
-        load = run_load(drive(prep.requests, prep.schedule, base_url=base_url, on_done=on_done))
-        after = scrape(base_url)
-    srv = server_metrics(before, after)
-    metrics: dict[str, Metric] = {**summarize(load, opts.slo), **srv.as_metrics()}
+        t_load = time.monotonic()
+        with _RankWatch(server) as watch:
+            load = run_load(drive(prep.requests, prep.schedule, base_url=base_url, on_done=on_done))
+        died = watch.died
+        if died is None:
+            after = scrape(base_url)
+    metrics: dict[str, Metric] = {**summarize(load, opts.slo)}
+    extra: dict[str, Any] = {
+        "executor": executor,
+        "command": prep.command,
+        "server_config": asdict(cfg),
+        "kv_plan": prep.kv_plan,
+        "schedule": prep.schedule.kind,
+        "slo": asdict(opts.slo),
+        "requests_per_dp_rank": per_rank_counts(load.outcomes),
+        "server_log": str(log),
+    }
+    if after is not None and before is not None:
+        srv = server_metrics(before, after)
+        metrics.update(srv.as_metrics())
+        extra["server_metrics"] = asdict(srv)
     metrics["server_startup_s"] = Metric(ready_s, "s", "lower")
-    return make_run_result(
+    if opts.simulate_forward:
+        from dpbench.server.steps import StepRecordError, read_records, since, summarise
+
+        try:
+            records = since(read_records(run_dir / "steps", cfg.dp_size), t_load)
+            step_metrics, table = summarise(records)
+        except StepRecordError as exc:
+            if died is None:
+                raise
+            extra["steps_error"] = str(exc)
+        else:
+            metrics.update(step_metrics)
+            extra["steps"] = table
+        extra["step_records_dir"] = str(run_dir / "steps")
+    notes = [*prep.notes, f"launch_server flags read from {prep.flags.source}"]
+    if died is not None:
+        extra["incomplete"] = f"server process died during the run: {died}"
+        notes.append(extra["incomplete"])
+    result = make_run_result(
         tier="server",
-        sglang=_sglang_info(opts.python, prep.flags.version),
+        sglang=provenance["sglang"],
+        placement=provenance.get("placement"),
         metrics=metrics,
         wall_time_s=time.monotonic() - t0,
         workload={"name": prep.spec.name, "hash": prep.spec_hash},
-        notes=[*prep.notes, f"launch_server flags read from {prep.flags.source}"],
-        extra={
-            "command": prep.command,
-            "server_config": asdict(cfg),
-            "kv_plan": prep.kv_plan,
-            "schedule": prep.schedule.kind,
-            "slo": asdict(opts.slo),
-            "server_metrics": asdict(srv),
-            "requests_per_dp_rank": per_rank_counts(load.outcomes),
-            "server_log": str(log),
-        },
+        notes=notes,
+        extra=extra,
     )
+    if died is not None:
+        raise RunIncomplete(
+            f"the server lost {died} during the run; partial result kept (marked incomplete); "
+            f"server log: {log}",
+            result,
+        )
+    return result

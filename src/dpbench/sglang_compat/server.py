@@ -29,13 +29,10 @@ from pathlib import Path
 from dpbench.atomic import atomic_open
 from dpbench.paths import cache_dir
 
-try:  # the placement helper owns detect.py; fall back to RuntimeError until it lands
-    from dpbench.sglang_compat.detect import UnsupportedSGLang as _UnsupportedBase
-except ImportError:  # pragma: no cover - depends on build order
-    _UnsupportedBase = RuntimeError  # type: ignore[misc,assignment]
+from dpbench.sglang_compat.detect import UnsupportedSGLang
 
 
-class MissingServerFlag(_UnsupportedBase):  # type: ignore[misc,valid-type]
+class MissingServerFlag(UnsupportedSGLang):
     """The installed `launch_server` lacks a flag (or a choice) the launcher needs."""
 
 
@@ -312,13 +309,6 @@ def server_flags(
         with atomic_open(cache, "w", encoding="utf-8") as fh:
             json.dump({**payload, "version": key.version, "key": key.key}, fh)
     return result
-
-
-def release_server_flags(version: str, **kwargs: object) -> ServerFlags:
-    """`server_flags` of a per-release environment built by `dpbench.envs.ensure_env`."""
-    from dpbench.envs import ensure_env
-
-    return server_flags(ensure_env(version).python, **kwargs)  # type: ignore[arg-type]
 
 
 def _last_error_line(stderr: str) -> str:

@@ -1,0 +1,49 @@
+"""The simulated forward's time: the twin's cost model, asked about one DP rank's own batch.
+
+Every SGLang scheduler process of a simulated-forward server calls :func:`rank_cost`'s
+result once per forward (named in the stand-in's config, so ``sglang_compat`` never
+imports this). A rank is charged its own attention and LM head plus the parts every
+rank runs over all ranks' tokens (MoE, collectives, dense MLP); the other ranks enter
+as token counts only (SGLang's MLP-sync gather, ``global_num_tokens``). The ranks then
+meet at SGLang's own MLP-sync all-gather before the next forward, so a step lasts as
+long as its slowest rank — the twin's ``max over ranks`` made by real processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dpbench.twin.cost import RankWork, make_cost_model
+from dpbench.workload.models import load_model_config
+
+FACTORY = "dpbench.server.simcost:rank_cost"
+
+RankCost = Callable[[dict[str, Any], Sequence[int], int], float]
+
+
+def cost_model(model: str, dp_size: int, calibration: str | None = None) -> Any:
+    """The twin's execution-time model for ``model`` at ``dp_size`` (its public factory)."""
+    return make_cost_model(load_model_config(model), dp_size, calibration)
+
+
+def rank_cost(model: str, dp_size: int, calibration: str | None = None) -> RankCost:
+    """cost(own_work, tokens_per_rank, rank) -> seconds of this rank's forward."""
+    cm = cost_model(model, dp_size, calibration)
+
+    def cost(own: dict[str, Any], global_tokens: Sequence[int], rank: int) -> float:
+        ranks = []
+        for r in range(dp_size):
+            if r == rank:
+                ranks.append(RankWork(**own))
+            else:
+                tokens = int(global_tokens[r]) if r < len(global_tokens) else 0
+                ranks.append(RankWork("idle", new_tokens=tokens))
+        return float(cm.step_time(ranks))
+
+    return cost
+
+
+def describe(model: str, dp_size: int, calibration: str | None = None) -> dict[str, str]:
+    cm = cost_model(model, dp_size, calibration)
+    return {"name": str(cm.name), "description": cm.describe(), "model": model}

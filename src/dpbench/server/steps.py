@@ -1,0 +1,129 @@
+"""The simulated-forward server's per-step records: read, line up across ranks, summarise.
+
+Each DP rank's stand-in appends one record per forward to ``rank<N>.jsonl`` (see
+:mod:`dpbench.sglang_compat.simforward.standin`). Under DP attention every rank runs
+one forward per step (an idle rank runs an IDLE forward), so record ``i`` of every rank
+is step ``i``. Definitions match the twin's (:mod:`dpbench.twin.metrics`):
+
+- step kind: ``extend`` if every non-idle rank extends, ``decode`` if every non-idle
+  rank decodes, ``mixed`` (DP-mixed) if some extend while others decode, ``idle`` else;
+  ``dp_mixed_step_fraction`` = mixed / non-idle steps;
+- a step's simulated time is the slowest rank's modelled time (ranks meet at the MLP
+  sync); ``decode_rank_s_beside_prefill`` = Σ over mixed steps of step time × decoding
+  ranks (rank-weighted), and its fraction of all decode-rank seconds;
+- measured scheduler overhead: wall time between consecutive forward starts minus the
+  step's slept time, over back-to-back busy steps (both steps have a non-idle rank).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpbench.results import Metric
+
+KINDS = ("extend", "decode", "mixed", "idle")
+
+
+class StepRecordError(RuntimeError):
+    """The per-rank step files are missing or do not line up."""
+
+
+def read_records(record_dir: str | Path, dp_size: int) -> list[list[dict[str, Any]]]:
+    """Per rank, its records in step order; a truncated last line (a killed rank) is dropped."""
+    out = []
+    for r in range(dp_size):
+        path = Path(record_dir) / f"rank{r}.jsonl"
+        if not path.is_file():
+            raise StepRecordError(f"no step records from DP rank {r} ({path} missing)")
+        rows = []
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+        out.append(rows)
+    return out
+
+
+def since(records: list[list[dict[str, Any]]], t0: float) -> list[list[dict[str, Any]]]:
+    """The steps from the first one any rank started at or after monotonic time ``t0``."""
+    first = min(
+        (i for rows in records for i, rec in enumerate(rows) if rec["t"] >= t0), default=None
+    )
+    if first is None:
+        return [[] for _ in records]
+    return [rows[first:] for rows in records]
+
+
+def _kind_step(kinds: list[str]) -> str:
+    ext = "extend" in kinds
+    dec = "decode" in kinds
+    return "mixed" if ext and dec else "extend" if ext else "decode" if dec else "idle"
+
+
+def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], dict[str, Any]]:
+    """Metrics (simulated executor) and the per-step table for the run result."""
+    n = min((len(r) for r in records), default=0)
+    lengths = [len(r) for r in records]
+    if n == 0:
+        raise StepRecordError(f"no complete steps in the records (steps per rank: {lengths})")
+    kinds = [[records[r][i]["kind"] for r in range(len(records))] for i in range(n)]
+    step_kind = [_kind_step(k) for k in kinds]
+    model_s = np.array([[records[r][i]["model_s"] for r in range(len(records))] for i in range(n)])
+    sleep_s = np.array([[records[r][i]["sleep_s"] for r in range(len(records))] for i in range(n)])
+    t = np.array([[records[r][i]["t"] for r in range(len(records))] for i in range(n)])
+    step_s = model_s.max(axis=1)
+    counts = {k: step_kind.count(k) for k in KINDS}
+    active = n - counts["idle"]
+    decoding = np.array([k.count("decode") for k in kinds])
+    mixed = np.array([s == "mixed" for s in step_kind])
+    beside = float((step_s * decoding)[mixed].sum())
+    decode_rank_s = float((step_s * decoding).sum())
+    busy = np.array([s != "idle" for s in step_kind])
+    start = t.min(axis=1)
+    interval = np.diff(start)
+    pair = busy[:-1] & busy[1:]
+    overhead_ms = (interval - sleep_s.max(axis=1)[:-1])[pair] * 1e3
+    m: dict[str, Metric] = {
+        "dp_mixed_step_fraction": Metric(
+            counts["mixed"] / active if active else float("nan"), "fraction", "lower"
+        ),
+        "steps_count": Metric(n, "steps", "none"),
+        "steps_extend_count": Metric(counts["extend"], "steps", "none"),
+        "steps_decode_count": Metric(counts["decode"], "steps", "none"),
+        "steps_mixed_count": Metric(counts["mixed"], "steps", "lower"),
+        "steps_idle_count": Metric(counts["idle"], "steps", "none"),
+        "simulated_step_ms_p50": Metric(
+            float(np.median(step_s[busy]) * 1e3) if busy.any() else float("nan"), "ms", "none"
+        ),
+        "simulated_busy_s": Metric(float(step_s[busy].sum()), "s", "none"),
+        "decode_rank_s_beside_prefill": Metric(beside, "rank·s", "lower"),
+    }
+    if decode_rank_s > 0:
+        m["decode_rank_time_beside_prefill_fraction"] = Metric(
+            beside / decode_rank_s, "fraction", "lower"
+        )
+    if overhead_ms.size:
+        m["scheduler_overhead_ms_p50"] = Metric(
+            float(np.percentile(overhead_ms, 50)), "ms", "lower"
+        )
+        m["scheduler_overhead_ms_p90"] = Metric(
+            float(np.percentile(overhead_ms, 90)), "ms", "lower"
+        )
+    table = {
+        "kinds": kinds,
+        "step_kind": step_kind,
+        "step_model_ms": [round(float(x) * 1e3, 4) for x in step_s],
+        "bs": [[records[r][i]["bs"] for r in range(len(records))] for i in range(n)],
+        "extend_tokens": [
+            [records[r][i]["extend_tokens"] for r in range(len(records))] for i in range(n)
+        ],
+        "kv_used": [[records[r][i]["kv_used"] for r in range(len(records))] for i in range(n)],
+        "kv_total": [records[r][0]["kv_total"] for r in range(len(records))],
+        "steps_per_rank": lengths,
+    }
+    return m, table

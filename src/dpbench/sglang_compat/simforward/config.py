@@ -1,0 +1,77 @@
+"""What a simulated-forward server's processes are told: one JSON file named by ``$DPBENCH_SIMFORWARD``."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_ENV = "DPBENCH_SIMFORWARD"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimForwardConfig:
+    """The stand-in's settings, shared by every SGLang process of one server."""
+
+    record_dir: str = field(
+        metadata={"help": "each DP rank appends its steps to rank<N>.jsonl here"}
+    )
+    cost_factory: str = field(
+        metadata={"help": "module:function returning cost(own_work, global_tokens) -> seconds"}
+    )
+    cost_args: dict[str, Any] = field(default_factory=dict)
+    time_scale: float = field(default=1.0, metadata={"help": "sleep = modelled time × this"})
+    token_id: int = field(
+        default=1000, metadata={"help": "the token every request generates (not EOS: runs to max)"}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 < self.time_scale <= 100:
+            raise ValueError(f"time_scale must be in (0, 100], got {self.time_scale}")
+        if ":" not in self.cost_factory:
+            raise ValueError(f"cost_factory must read 'module:function', got {self.cost_factory!r}")
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1))
+        return path
+
+    @classmethod
+    def from_env(cls) -> SimForwardConfig:
+        where = os.environ.get(CONFIG_ENV)
+        if not where:
+            raise RuntimeError(
+                f"${CONFIG_ENV} is not set: no simulated-forward config for this process"
+            )
+        return cls(**json.loads(Path(where).read_text()))
+
+
+def boot_dir() -> Path:
+    """The directory holding the start-up ``sitecustomize`` (put it first on PYTHONPATH)."""
+    return Path(__file__).resolve().parent / "_boot"
+
+
+def omp_bind(dp_size: int, cores: int | None = None) -> str:
+    """``SGLANG_CPU_OMP_THREADS_BIND``: one core per rank, round-robin over this machine's cores."""
+    n = cores or os.cpu_count() or 1
+    return "|".join(str(r % n) for r in range(dp_size))
+
+
+def server_env(config_path: str | Path, *, dp_size: int) -> dict[str, str]:
+    """Environment for ``sglang.launch_server`` so that every process it starts is hooked."""
+    pythonpath = os.pathsep.join(
+        p for p in (str(boot_dir()), os.environ.get("PYTHONPATH", "")) if p
+    )
+    return {
+        CONFIG_ENV: str(Path(config_path).resolve()),
+        "PYTHONPATH": pythonpath,
+        # SGLang's CPU engine path; without the bind list its scheduler asserts ranks <= NUMA nodes
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "SGLANG_CPU_OMP_THREADS_BIND": omp_bind(dp_size),
+        # DP cooperation metrics (num_prefill_ranks) on /metrics
+        "SGLANG_ENABLE_METRICS_DP_ATTENTION": "1",
+    }

@@ -1,0 +1,265 @@
+"""The replacements the hook registry installs: a forward that sleeps a cost model's time, and no CUDA.
+
+Every function here takes ``(original, module)`` and returns the replacement member
+(see :mod:`.hooks`). Per scheduler process, :class:`RankState` holds the cost function,
+the DP rank and the step-record file; it is created on the first forward.
+
+A step record (one JSON line per forward, per rank, in ``rank<N>.jsonl``)::
+
+    {"step": i, "t": monotonic start, "mode": "EXTEND"|"DECODE"|"IDLE"|…, "kind": "extend"|
+     "decode"|"idle", "bs": requests, "extend_tokens": new tokens (extend), "ctx_tokens":
+     KV tokens attention reads, "kv_used": pool tokens allocated (radix cache included),
+     "kv_total": pool size, "global_tokens": tokens per rank this step (SGLang's MLP-sync
+     gather), "model_s": modelled seconds, "sleep_s": slept seconds}
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import os
+import time
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+from dpbench.sglang_compat.simforward.config import SimForwardConfig
+
+# How this process's attention-DP rank is read, newest API first (capability, not version).
+_DP_RANK_READERS = (
+    ("sglang.srt.layers.dp_attention", "dp_gather_slot"),  # 0.5.23
+    ("sglang.srt.layers.dp_attention", "get_attention_dp_rank"),  # 0.5.16
+)
+_OFF_FLAGS = (
+    "use_pynccl",
+    "use_pymscclpp",
+    "use_custom_allreduce",
+    "use_torch_symm_mem_all_reduce",
+)
+
+
+class StandInError(RuntimeError):
+    """The stand-in could not read what it needs from this SGLang's objects."""
+
+
+def dp_rank_reader() -> Any:
+    """The function that returns this process's attention-DP rank; loud if none exists."""
+    tried = []
+    for module, name in _DP_RANK_READERS:
+        fn = getattr(importlib.import_module(module), name, None)
+        if fn is not None:
+            return fn
+        tried.append(f"{module}.{name}")
+    raise StandInError(f"cannot tell this process's DP rank: none of {', '.join(tried)} exists")
+
+
+# -- hooks that switch CUDA things off -------------------------------------------------
+def no_native_ops(original: Any, module: ModuleType) -> Any:
+    @functools.wraps(original)
+    def _load_architecture_specific_ops(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    return _load_architecture_specific_ops
+
+
+def cpu_only_group(original: Any, module: ModuleType) -> Any:
+    sig = inspect.signature(original)
+    off = [p for p in _OFF_FLAGS if p in sig.parameters]
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = sig.bind(self, *args, **kwargs)
+        for p in off:
+            bound.arguments[p] = False
+        original(*bound.args, **bound.kwargs)
+
+    return __init__
+
+
+def load_model(original: Any, module: ModuleType) -> Any:
+    @functools.wraps(original)
+    def load_model(self: Any) -> None:
+        import torch
+
+        self.model = torch.nn.Module()
+        self.loader = SimpleNamespace(preloaded_weights_bytes=0)
+        self.sliding_window_size = None
+        self.prefill_aware_swa = False
+        self.dtype = self.model_config.dtype
+        self.weight_load_mem_usage = 0.0
+        self.startup_weight_load = None
+
+    return load_model
+
+
+class _NullBackend:
+    """An attention backend whose every method does nothing (the forward never attends)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+def no_attention_backends(original: Any, module: ModuleType) -> Any:
+    @functools.wraps(original)
+    def init_attention_backends(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.attn_backend = _NullBackend()
+        self.decode_attn_backend = self.attn_backend
+        self.decode_attn_backend_group = []
+        self.prefill_attention_backend_str = "simulated"
+        self.decode_attention_backend_str = "simulated"
+
+    return init_attention_backends
+
+
+def no_cuda_graphs(original: Any, module: ModuleType) -> Any:
+    @functools.wraps(original)
+    def init_cuda_graphs(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.eager_runner = None
+        self.prefill_cuda_graph_runner = None
+        self.decode_cuda_graph_runner = None
+        self.graph_mem_usage = 0.0
+
+    return init_cuda_graphs
+
+
+def no_logprobs(original: Any, module: ModuleType) -> Any:
+    @functools.wraps(original)
+    def compute_logprobs_only(self: Any, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    return compute_logprobs_only
+
+
+# -- the forward -----------------------------------------------------------------------
+def _load_factory(ref: str) -> Any:
+    mod, _, fn = ref.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+class RankState:
+    """One scheduler process's stand-in: cost function, DP rank, record file, step counter."""
+
+    def __init__(self, runner: Any) -> None:
+        self.config = SimForwardConfig.from_env()
+        self.rank = int(dp_rank_reader()())
+        self.cost = _load_factory(self.config.cost_factory)(**self.config.cost_args)
+        self.step = 0
+        self.runner = runner
+        self.vocab = int(runner.model_config.vocab_size)
+        self._zeros: Any = None
+        Path(self.config.record_dir).mkdir(parents=True, exist_ok=True)
+        path = Path(self.config.record_dir) / f"rank{self.rank}.jsonl"
+        # O_APPEND, one write per step: a SIGKILLed rank loses nothing already written
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def logits(self, rows: int) -> Any:
+        import torch
+
+        if self._zeros is None or self._zeros.shape[0] < rows:
+            self._zeros = torch.zeros((max(rows, 64), self.vocab), dtype=torch.bfloat16)
+        return self._zeros[:rows]
+
+    def kv(self) -> tuple[int, int]:
+        total = int(getattr(self.runner, "max_total_num_tokens", 0) or 0)
+        alloc = getattr(self.runner, "token_to_kv_pool_allocator", None)
+        free = int(alloc.available_size()) if alloc is not None else total
+        return total - free, total
+
+    def run(self, fb: Any) -> float:
+        t0 = time.monotonic()
+        mode = fb.forward_mode
+        if mode.is_idle():
+            kind = "idle"
+        elif mode.is_decode():
+            kind = "decode"
+        elif mode.is_extend():
+            kind = "extend"
+        else:
+            raise StandInError(
+                f"forward mode {mode.name} is not simulated (extend/decode/idle only)"
+            )
+        bs = int(fb.batch_size or 0)
+        ctx = int(getattr(fb, "seq_lens_sum", 0) or 0) if kind != "idle" else 0
+        extend_tokens = pairs = 0
+        if kind == "extend":
+            extend_tokens = int(fb.extend_num_tokens or 0)
+            prefix = fb.extend_prefix_lens_cpu or [0] * bs
+            new = fb.extend_seq_lens_cpu or []
+            pairs = sum(
+                int(n) * int(p) + int(n) * (int(n) + 1) // 2
+                for p, n in zip(prefix, new, strict=False)
+            )
+        own = {
+            "kind": kind,
+            "num_reqs": bs,
+            "new_tokens": extend_tokens if kind == "extend" else bs,
+            "context_tokens": ctx,
+            "attn_pairs": pairs,
+        }
+        global_tokens = [int(x) for x in (getattr(fb, "global_num_tokens_cpu", None) or [])]
+        model_s = float(self.cost(own, global_tokens, self.rank))
+        sleep_s = model_s * self.config.time_scale
+        used, total = self.kv()
+        if sleep_s > 0:
+            time.sleep(sleep_s)
+        record = {
+            "step": self.step,
+            "t": t0,
+            "mode": mode.name,
+            "kind": kind,
+            "bs": bs,
+            "extend_tokens": extend_tokens,
+            "ctx_tokens": ctx,
+            "kv_used": used,
+            "kv_total": total,
+            "global_tokens": global_tokens,
+            "model_s": model_s,
+            "sleep_s": sleep_s,
+        }
+        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        self.step += 1
+        return bs
+
+
+def _state(runner: Any) -> RankState:
+    state = runner.__dict__.get("_dpbench_rank_state")
+    if state is None:
+        state = runner.__dict__["_dpbench_rank_state"] = RankState(runner)
+    return state
+
+
+def forward(original: Any, module: ModuleType) -> Any:
+    missing = [n for n in ("ModelRunnerOutput", "LogitsProcessorOutput") if not hasattr(module, n)]
+    if missing:
+        raise StandInError(
+            f"{module.__name__} has no {', '.join(missing)}: cannot build a forward's output"
+        )
+    output_cls = module.ModelRunnerOutput
+    logits_cls = module.LogitsProcessorOutput
+
+    @functools.wraps(original)
+    def forward(self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        state = _state(self)
+        rows = state.run(forward_batch)
+        return output_cls(
+            logits_output=logits_cls(next_token_logits=state.logits(rows)), can_run_graph=False
+        )
+
+    return forward
+
+
+def sample(original: Any, module: ModuleType) -> Any:
+    @functools.wraps(original)
+    def sample(self: Any, logits_output: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        state = _state(self)
+        return torch.full(
+            (int(forward_batch.batch_size or 0),), state.config.token_id, dtype=torch.int64
+        )
+
+    return sample
