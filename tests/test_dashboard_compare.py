@@ -1,4 +1,5 @@
-"""The comparison rules (noise band, direction, ratio) and commit naming, shared by page and terminal."""
+"""The comparison rules (noise band, direction, change %), the direction table, step detection,
+fidelity matching and commit naming: shared by the pages and the terminal."""
 
 from __future__ import annotations
 
@@ -6,30 +7,178 @@ import re
 
 import pytest
 
-from dpbench.dashboard.compare import CommitNotFound, Side, compare_values, resolve_commit
+from dpbench.dashboard import metrics
+from dpbench.dashboard.compare import (
+    Change,
+    CommitNotFound,
+    Row,
+    Side,
+    change_of,
+    fmt_pct,
+    regressions,
+    resolve_commit,
+)
 
 
 @pytest.mark.parametrize(
-    ("a", "b", "better", "verdict", "winner"),
+    ("a", "b", "better", "verdict", "pct"),
     [
-        (Side(10, 9, 11), Side(10.5, 9.5, 11.5), "lower", "within noise", ""),  # bands overlap
-        (Side(10, 9, 11), Side(20, 19, 21), "lower", "A better", "A"),  # disjoint bands
-        (Side(10, 9, 11), Side(20, 19, 21), "higher", "B better", "B"),
-        (Side(10, None, None), Side(20, None, None), "higher", "B better (single run)", "B"),
-        (Side(1, None, None), Side(2, None, None), "none", "differs", ""),  # e.g. a placement code
-        (Side(3, None, None), Side(3, None, None), "lower", "same", ""),
-        (None, Side(3, None, None), "lower", "only B", ""),
+        (Side(10, 9, 11), Side(10.5, 9.5, 11.5), "lower", "within noise", 5.0),  # bands overlap
+        (Side(10, 9, 11), Side(20, 19, 21), "lower", "worse", 100.0),  # disjoint bands
+        (Side(10, 9, 11), Side(20, 19, 21), "higher", "better", 100.0),
+        (Side(10), Side(20), "higher", "better", 100.0),  # single run: direction decides
+        (Side(2), Side(0), "lower", "better", -100.0),  # a drop to zero is -100 %, not omitted
+        (Side(0), Side(1), "higher", "better", None),  # from 0: no percentage
+        (Side(1), Side(2), "none", "changed", 100.0),  # e.g. a placement code
+        (Side(1), Side(2), "unknown", "changed", 100.0),  # never guessed better or worse
+        (Side(3), Side(3), "lower", "no change", 0.0),
+        (None, Side(3), "lower", "not measured", None),
+        (Side(3), None, "lower", "not measured", None),
     ],
 )
-def test_verdicts(a, b, better, verdict, winner):
-    _ratio, got_winner, got = compare_values(a, b, better)
-    assert (got, got_winner) == (verdict, winner)
+def test_verdicts(a, b, better, verdict, pct):
+    c = change_of(a, b, better)
+    assert c.verdict == verdict
+    assert c.pct == (pytest.approx(pct) if pct is not None else None)
 
 
-def test_ratio_is_b_over_a_and_undefined_from_zero():
-    assert compare_values(Side(4, None, None), Side(2, None, None), "lower")[0] == 0.5
-    assert compare_values(Side(0, None, None), Side(2, None, None), "lower")[0] is None
-    assert compare_values(Side(0, None, None), Side(0, None, None), "lower")[0] == 1.0
+def test_interval_of_the_change_comes_from_both_bands():
+    c = change_of(Side(10, 9, 11), Side(20, 19, 22), "lower")
+    assert (c.lo, c.pct, c.hi) == (pytest.approx(80.0), pytest.approx(100.0), pytest.approx(130.0))
+    assert c.basis == "bands" and fmt_pct(c) == "+100.0 % [+80.0, +130.0]"
+    assert change_of(Side(2), Side(0), "lower").basis == "single run"
+
+
+def _row(verdict_pct: tuple[str, float | None]) -> Row:
+    verdict, pct = verdict_pct
+    return Row(
+        "t",
+        "asv",
+        "m",
+        (),
+        {},
+        "mach",
+        "env",
+        "u",
+        "lower",
+        Side(1),
+        Side(2),
+        Change(pct, None, None, verdict, "single run"),
+    )
+
+
+def test_gate_counts_only_worse_beyond_the_threshold():
+    rows = [
+        _row(v)
+        for v in [
+            ("worse", 8.0),
+            ("worse", 3.0),
+            ("better", -50.0),
+            ("changed", 90.0),
+            ("within noise", 40.0),
+            ("worse", None),
+        ]
+    ]
+    assert [r.change.pct for r in regressions(rows, 5.0)] == [8.0, None]  # from 0 always counts
+    assert [r.change.pct for r in regressions(rows, 0.0)] == [8.0, 3.0, None]
+
+
+def test_every_benchmark_metric_has_a_direction():
+    """Every track_/time_ method in benchmarks/ gets higher/lower/none from the one table: none unknown."""
+    import ast
+
+    from dpbench.paths import project_root
+
+    names = []
+    for path in sorted((project_root() / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith(
+                ("track_", "time_", "mem_", "peakmem_")
+            ):
+                names.append(f"{path.stem}.Class.{node.name}")
+    assert names
+    unknown = [n for n in names if metrics.direction(n).better == "unknown"]
+    assert unknown == []
+    assert metrics.direction("twin.TwinHighKV.track_request_throughput").better == "higher"
+    assert metrics.direction("x.Y.track_dp_mixed_step_fraction").better == "lower"
+    assert metrics.direction("x.Y.track_ttft_ms_p99").better == "lower"
+    assert metrics.direction("x.Y.track_decode_rank_s_beside_prefill").better == "lower"
+    assert metrics.direction("x.Y.track_something_new").better == "unknown"
+    assert metrics.direction("something_new", declared="higher").better == "higher"
+
+
+def test_delayer_off_scenarios_are_the_control():
+    assert metrics.is_control({"spec": "a", "delayer": "off"})
+    assert not metrics.is_control({"spec": "a", "delayer": "on"})
+    assert not metrics.is_control({})
+
+
+def test_steps_follow_asv_detector_and_respect_bands():
+    from dpbench.dashboard.steps import series_steps
+
+    flat = [[i, 5.0, None, None] for i in range(6)] + [[i, 3.0, None, None] for i in range(6, 10)]
+    (st,) = series_steps(flat)
+    assert (st["before"], st["after"], st["pct"]) == (5, 6, pytest.approx(-40.0))
+    noisy = [[0, 1.0, 0.8, 1.2], [1, 1.1, 0.9, 1.3]]  # bands overlap: not a step
+    assert series_steps(noisy) == []
+    assert series_steps([[0, 2.0, None, None], [3, 2.0, None, None]]) == []
+
+
+def test_fidelity_pairs_twin_and_simulated_server_on_the_same_scenario():
+    """Unit input (hand-made model, not results): matching by metric name and common params."""
+    from dpbench.dashboard.fidelity import pairs
+
+    def chart(tier, cls, metric, scen, value, executor=None):
+        return {
+            "tier": tier,
+            "source": "asv",
+            "metric": metric,
+            "unit": "req/s",
+            "better": "higher",
+            "executor": executor,
+            "param_names": list(scen),
+            "group": cls,
+            "series": [
+                {"machine": "m", "env": "e", "scenario": scen, "points": [[0, value, None, None]]}
+            ],
+        }
+
+    model = {
+        "charts": [
+            chart(
+                "twin",
+                "TwinHighKV",
+                "request_throughput",
+                {"spec": "s", "dp_size": "4", "delayer": "on"},
+                2.0,
+            ),
+            chart(
+                "twin",
+                "TwinHighKV",
+                "request_throughput",
+                {"spec": "s", "dp_size": "8", "delayer": "on"},
+                9.0,
+            ),
+            chart(
+                "server",
+                "ServeSimulated",
+                "request_throughput_per_s",
+                {"spec": "s", "dp_size": "4"},
+                2.5,
+                "simulated",
+            ),
+            chart(
+                "server",
+                "ServeThroughput",
+                "request_throughput_per_s",
+                {"spec": "s", "dp_size": "4"},
+                7.0,
+            ),
+        ]
+    }
+    (p,) = pairs(model)
+    assert p["scenario"] == {"spec": "s", "dp_size": "4", "delayer": "on"}
+    assert p["rows"] == [[0, 2.0, None, None, 2.5, None, None, pytest.approx(-20.0)]]
 
 
 MODEL = {

@@ -1,10 +1,12 @@
 """The dashboard built from the suite's own asv runs, checked in a real headless Chromium.
 
-The session fixture runs the real thing: `dpbench releases 0.5.16 0.5.23` builds a
-release history, `asv run` runs the placement tier on both releases (real SGLang
-wheels, in asv's own environments), `asv publish` builds asv's site. Every number the
-tests look at comes from those runs. Takes ~3–5 minutes the first time (asv builds
-its environment under .cache/), less after.
+The session fixture runs the real thing: `dpbench releases 0.5.16 0.5.17 0.5.23` builds
+a release history, `asv run` runs the placement tier and the (parametrised, repeated)
+KV-planner timing on the three releases (real SGLang wheels, in asv's own
+environments), `asv publish` builds asv's site. Every number the tests look at comes
+from those runs, except where a test says SYNTHETIC (the injected regression, the
+scale input). Takes ~4–6 minutes the first time (asv builds its environments under
+.cache/), less after.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from dpbench.dashboard import loaders
+from dpbench.dashboard import compare, loaders
 from dpbench.dashboard.build import build_report, build_site
-from dpbench.dashboard.compare import compare_commits
+from dpbench.dashboard.model import param_value
 from dpbench.paths import cache_dir, project_root
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -29,7 +31,8 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 ROOT = project_root()
 PY = sys.executable
 MACHINE = "dpbench-dashboard-test"
-RELEASES = ("0.5.16", "0.5.23")
+RELEASES = ("0.5.16", "0.5.17", "0.5.23")
+PAGES = ("index.html", "history.html", "compare.html", "changes.html", "fidelity.html")
 
 
 def _run(cmd: list[str], cwd: Path, timeout: int) -> str:
@@ -76,6 +79,10 @@ def suite_run(tmp_path_factory):
             str(config),
             "--bench",
             r"^placement\.",
+            "--bench",
+            r"^workloads\.KVPlanning",  # parametrised, timed with repeats: real 99 % CI bands
+            "-a",
+            "repeat=3",
             "--launch-method",
             "spawn",
             "--machine",
@@ -107,17 +114,22 @@ def site(suite_run):
     return index, build_report(index)
 
 
-def _asv_values(results: Path) -> dict[tuple[str, str], float]:
-    """(commit, benchmark) → value, read with asv's own loader, independently of the dashboard."""
+def _asv_values(results: Path) -> dict[tuple[str, str, tuple[str, ...]], float]:
+    """(commit, benchmark, params) → value, read with asv's own loader, independently of the dashboard."""
+    import itertools
+
     from asv.results import iter_results_for_machine
 
     out = {}
     for res in iter_results_for_machine(str(results), MACHINE):
         for key in res.get_all_result_keys():
             params = res.get_result_params(key) or []
-            value = res.get_result_value(key, params)
-            assert not params, f"{key}: the placement tier has no parameters"
-            out[(res.commit_hash, key)] = value[0] if isinstance(value, list) else value
+            values = res.get_result_value(key, params)
+            combos = list(itertools.product(*params)) if params else [()]
+            values = values if isinstance(values, list) else [values]
+            for combo, value in zip(combos, values, strict=True):
+                if value is not None and value == value:  # None / NaN: not measured
+                    out[(res.commit_hash, key, tuple(param_value(c) for c in combo))] = value
     return out
 
 
@@ -140,17 +152,20 @@ def test_site_holds_every_asv_value_in_history_order(suite_run, site):
     for chart in model["charts"]:
         if chart["source"] != "asv":
             continue
-        assert (
-            chart["tier"] == "placement"
-            and chart["unit"]
-            and chart["better"] in ("higher", "lower", "none")
-        )
+        assert chart["unit"] and chart["better"] in ("higher", "lower", "none")
         for s in chart["series"]:
             assert s["machine"] == MACHINE
+            assert s["scenario"] == dict(zip(chart["axes"], s["params"], strict=True))
             for i, value, _lo, _hi in s["points"]:
-                seen[(model["commits"][i]["sha"], chart["benchmark"])] = value
-    assert seen == {k: v for k, v in values.items() if v is not None}
-    assert index.name == "index.html" and (index.parent / "compare.html").exists()
+                seen[(model["commits"][i]["sha"], chart["benchmark"], tuple(s["params"]))] = value
+    assert seen == values
+    plan = next(c for c in model["charts"] if c["benchmark"].endswith("KVPlanning.time_plan"))
+    assert model["scenario_axes"]["dispatch"] == ["round_robin", "shortest_queue", "total_tokens"]
+    # asv's repeats give every timed point a 99 % CI band around its value
+    for s in plan["series"]:
+        assert s["band"] == "99% CI"
+        assert all(lo <= v <= hi for _, v, lo, hi in s["points"])
+    assert index.name == "index.html" and all((index.parent / p).exists() for p in PAGES)
 
 
 def test_placement_marks_and_changes_come_from_the_runs(suite_run, site):
@@ -167,134 +182,333 @@ def test_placement_marks_and_changes_come_from_the_runs(suite_run, site):
     ]
     assert model["placement_changes"] == want
     # The before/after pair of PR #31835 is the default comparison when the runs find it.
-    if seq == ["early", "post-kv"]:
-        assert model["default_pair"] == [0, 1]
+    assert seq[:2] == ["early", "post-kv"], seq
+    assert model["default_pair"] == [0, 1]
 
 
 def test_asv_site_is_linked_and_published(suite_run, site):
     index, _ = site
-    html = index.read_text()
-    link = re.search(r'id="asv-link" href="([^"]+)"', html)
-    assert link, "no link to asv's site"
-    target = (index.parent / link.group(1)).resolve()
-    assert target == (suite_run["html"] / "index.html").resolve() and target.exists()
+    for page in PAGES:
+        html = (index.parent / page).read_text()
+        link = re.search(r'id="asv-link" href="([^"]+)"', html)
+        assert link, f"no link to asv's site on {page}"
+        target = (index.parent / link.group(1)).resolve()
+        assert target == (suite_run["html"] / "index.html").resolve() and target.exists()
 
 
-@pytest.mark.browser
-def test_pages_render_in_chromium(suite_run, site, tmp_path_factory):
+def _skip_without_chromium():
     from dpbench.dashboard import browser
 
     try:
         browser.chromium_path()
     except browser.BrowserUnavailable as exc:
         pytest.skip(str(exc))
+    return browser
+
+
+def _shots(tmp_path_factory) -> Path:
+    return Path(os.environ.get("DPBENCH_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+
+
+@pytest.mark.browser
+def test_every_page_renders_in_chromium_without_errors(site, tmp_path_factory):
+    browser = _skip_without_chromium()
     index, model = site
-    shots = Path(os.environ.get("DPBENCH_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    shots = _shots(tmp_path_factory)
     with browser.chromium() as chromium:
-        main = browser.load(chromium, index, screenshot=shots / "index.png")
-        comp = browser.load(
-            chromium, index.parent / "compare.html", screenshot=shots / "compare.png"
-        )
-    print(f"screenshots: {shots / 'index.png'} {shots / 'compare.png'}")
-    assert main.console_errors == [] and comp.console_errors == []
-
-    plots = {p["id"]: p for p in main.plots}
+        reports = {
+            page: browser.load(
+                chromium, index.parent / page, screenshot=shots / page.replace(".html", ".png")
+            )
+            for page in PAGES
+        }
+    print("screenshots:", *(shots / p.replace(".html", ".png") for p in PAGES))
+    for page, rep in reports.items():
+        assert rep.console_errors == [], page
+    assert reports["index.html"].plots == []  # the landing page is tables: no plotly to parse
+    hist = {p["id"]: p for p in reports["history.html"].plots}
     placed = [c for c in model["commits"] if c["placement"]]
-    assert plots["placement-plot"]["traces"] == 1 and plots["placement-plot"]["points"] == [
-        len(placed)
-    ]
-    for n, chart in enumerate(model["charts"]):
-        p = plots[f"plot-{n}"]
-        assert p["traces"] == len(chart["series"])
-        assert p["points"] == [len(s["points"]) for s in chart["series"]]
-        assert p["svg_points"] == sum(
-            len(s["points"]) for s in chart["series"]
-        )  # drawn, not just data
-    assert len(plots) == len(model["charts"]) + 1
-
-    ia, ib = model["default_pair"]
-    rows = compare_commits(model, ia, ib)
-    ratio_plot = next(p for p in comp.plots if p["id"] == "ratio-plot")
-    assert ratio_plot["points"] == [sum(1 for r in rows if r.ratio is not None and r.ratio > 0)]
+    assert hist["placement-plot"]["points"] == [len(placed)]
+    # one chart per metric measured in the default scenario; every one drawn, not just data
+    asv_charts = [n for n, c in enumerate(model["charts"]) if c["source"] == "asv"]
+    assert {f"plot-{n}" for n in asv_charts} == set(hist) - {"placement-plot"}
+    for n in asv_charts:
+        assert hist[f"plot-{n}"]["svg_points"] > 0
     assert (shots / "index.png").stat().st_size > 10_000
 
 
-@pytest.mark.browser
-def test_compare_page_agrees_with_terminal_comparison(site):
-    """The page's JavaScript and dpbench.dashboard.compare give the same table for the default pair."""
-    from dpbench.dashboard import browser
+def _summary_cells(page) -> list[dict[str, str]]:
+    return page.eval_on_selector_all(
+        "table.summary td.cell",
+        """cells => cells.map(td => ({
+            tier: td.closest('table').dataset.tier, metric: td.dataset.metric,
+            scenario: td.closest('tr').dataset.scenario,
+            values: td.querySelector('.values').textContent,
+            pct: td.querySelector('.pct') ? td.querySelector('.pct').textContent : '',
+            verdict: td.querySelector('.verdict').textContent}))""",
+    )
 
-    try:
-        browser.chromium_path()
-    except browser.BrowserUnavailable as exc:
-        pytest.skip(str(exc))
+
+def _open(chromium, path: Path, hash_: str = ""):
+    ctx = chromium.new_context(viewport={"width": 1300, "height": 900})
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.resolve().as_uri() + hash_)
+    page.wait_for_selector("body[data-ready='1']", state="attached")
+    return ctx, page, errors
+
+
+@pytest.mark.browser
+def test_landing_page_shows_false_reports_gone_as_minus_100_percent_better(site):
+    """Done-when: early → post-kv, false prefillable reports 2 → 0 is −100 %, verdict "better"."""
+    browser = _skip_without_chromium()
     index, model = site
     ia, ib = model["default_pair"]
+    assert (model["commits"][ia]["placement"], model["commits"][ib]["placement"]) == (
+        "early",
+        "post-kv",
+    )
+    with browser.chromium() as chromium:
+        ctx, page, errors = _open(chromium, index)
+        cells = _summary_cells(page)
+        head = page.inner_text("#summary-head")
+        ctx.close()
+    assert errors == []
+    assert "(early)" in head and "(post-kv)" in head
+    false = [c for c in cells if c["metric"] == "false_prefillable_reports"]
+    assert false == [
+        {
+            "tier": "placement",
+            "metric": "false_prefillable_reports",
+            "scenario": "—",
+            "values": "2 → 0",
+            "pct": "-100.0 %",
+            "verdict": "better",
+        }
+    ]
+    placement = next(c for c in cells if c["metric"] == "placement_code")
+    assert placement["values"] == "early → post-kv"
+    # The page and the terminal's summary agree cell by cell.
+    want = []
+    for tier, rows in compare.summary(model, ia, ib).items():
+        for r in rows:
+            for _key, (chart, _a, _b, ch) in r.cells.items():
+                want.append((tier, chart["metric"], compare.scenario_text(r.scenario), ch.verdict))
+    got = [(c["tier"], c["metric"], c["scenario"], c["verdict"]) for c in cells]
+    assert sorted(got) == sorted(want)
+
+
+@pytest.mark.browser
+def test_scenario_selection_plots_that_scenario_only(site):
+    """Done-when: picking a scenario changes every chart's traces to that scenario only."""
+    browser = _skip_without_chromium()
+    index, model = site
+    plan_n, plan = next(
+        (n, c) for n, c in enumerate(model["charts"]) if c["metric"] == "plan"
+    )  # KVPlanning.time_plan: one series per dispatch policy
+    traces_js = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .filter(d => d.id !== 'placement-plot' && d.closest('.card').style.display !== 'none')
+        .map(d => ({id: d.id, traces: d.data.map(t => ({meta: t.meta, y: t.y, mode: t.mode}))}))"""
+    with browser.chromium() as chromium:
+        ctx, page, errors = _open(chromium, index.parent / "history.html")
+        page.uncheck("#normalise")  # absolute values: compare with the data directly
+        page.wait_for_selector("body[data-all-drawn='1']", state="attached")
+        seen = {}
+        for value in model["scenario_axes"]["dispatch"]:
+            page.select_option("select.axis-select[data-axis='dispatch']", value)
+            page.wait_for_selector("body[data-all-drawn='1']", state="attached")
+            seen[value] = page.evaluate(traces_js)
+        ctx.close()
+    assert errors == []
+    for value, plots in seen.items():
+        plot = next(p for p in plots if p["id"] == f"plot-{plan_n}")
+        lines = [t for t in plot["traces"] if t["mode"] == "lines+markers"]
+        assert [t["meta"]["scenario"] for t in lines] == [{"dispatch": value}]
+        want = next(s for s in plan["series"] if s["scenario"] == {"dispatch": value})
+        assert lines[0]["y"] == [p[1] for p in want["points"]]
+        # the band traces belong to the same scenario, and no other chart shows another one
+        for p in plots:
+            for t in p["traces"]:
+                assert t["meta"]["scenario"].get("dispatch", value) == value
+    assert len({json.dumps(v) for v in seen.values()}) == len(seen)  # the plots really changed
+
+
+@pytest.mark.browser
+def test_compare_page_agrees_with_terminal_and_shows_a_drop_to_zero(site):
+    """Same rows, order and verdicts as `dpbench compare`; the metric that fell to 0 is listed."""
+    browser = _skip_without_chromium()
+    index, model = site
+    ia, ib = model["default_pair"]
+    rows = compare.compare_commits(model, ia, ib)
     want = [
-        [r.tier, r.machine + " / " + r.env, r.unit, r.better, r.verdict]
-        for r in compare_commits(model, ia, ib)
+        [r.tier, r.metric, f"{r.machine} / {r.env}", compare.fmt_pct(r.change), r.verdict]
+        for r in rows
     ]
     with browser.chromium() as chromium:
-        ctx = chromium.new_context()
-        page = ctx.new_page()
-        page.goto((index.parent / "compare.html").resolve().as_uri())
-        page.wait_for_selector("body[data-ready='1']", state="attached")
+        ctx, page, errors = _open(chromium, index.parent / "compare.html")
+        visible_before = page.eval_on_selector_all(
+            "#compare-table tbody tr", "rows => rows.filter(r => r.style.display !== 'none').length"
+        )
+        page.check("#show-quiet")
         got = page.eval_on_selector_all(
             "#compare-table tbody tr",
             "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))",
         )
+        bars = page.evaluate("() => document.getElementById('change-plot').data[0].x")
         ctx.close()
-    assert [[g[0], g[2], g[3], g[4], g[8]] for g in got] == want
-    assert len(want) == sum(len(c["series"]) for c in model["charts"])
+    assert errors == []
+    assert [
+        [g[0], g[1].split(" (")[0], g[2], g[7], g[8].removesuffix(" (single run)")] for g in got
+    ] == want
+    assert visible_before == sum(1 for r in rows if r.verdict not in compare.QUIET)
+    zero = [g for g in got if g[1] == "Placement.track_false_prefillable_reports"]
+    assert zero and zero[0][5] == "2" and zero[0][6] == "0" and zero[0][7] == "-100.0 %"
+    assert -100.0 in bars  # drawn as a bar, not dropped from a log scale
 
 
-def test_compare_command_prints_asv_and_dpbench_tables(suite_run):
-    proc = subprocess.run(
-        [
-            PY,
-            "-m",
-            "dpbench",
-            "compare",
-            "0.5.16",
-            "v0.5.23",
-            "--results",
-            str(suite_run["results"]),
-            "--config",
-            str(suite_run["config"]),
-            "--history",
-            str(suite_run["history"]),
-        ],
+def test_compare_command_prints_the_summary_with_verdicts_and_gates(suite_run, site):
+    """`dpbench compare 0.5.16 0.5.17`: summary first, verdicts, exit code = the regressions found."""
+    _, model = site
+    base = [
+        "--results",
+        str(suite_run["results"]),
+        "--config",
+        str(suite_run["config"]),
+        "--history",
+        str(suite_run["history"]),
+    ]
+    proc = _compare(["0.5.16", "0.5.17", *base, "--asv"])
+    out = proc.stdout
+    assert "asv compare" in out and "Change" in out  # asv's own table, on request
+    assert "summary · tier placement" in out and "early → post-kv" in out
+    assert re.search(r"2 → 0\s.*-100\.0 % better", out), out
+    rows = compare.compare_commits(model, 0, 1)  # 0.5.16, 0.5.17
+    gating = compare.regressions(rows, 5.0)
+    assert proc.returncode == (1 if gating else 0), out
+    assert ("regression(s) of ≥ 5 %" in out) == bool(gating)
+    bad = _compare(["0.5.16", "9.9.9", *base])
+    assert bad.returncode == 2 and "no commit with results matches '9.9.9'" in re.sub(
+        r"[\s│╭╮╰╯─]+", " ", bad.stderr
+    )
+
+
+def _compare(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PY, "-m", "dpbench", "compare", *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "200"},
     )
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert "asv compare" in out and "Change" in out  # asv's own table header
-    for name in ("track_placement_code", "track_false_prefillable_reports"):
-        assert name in out
-    bad = subprocess.run(
-        [
-            PY,
-            "-m",
-            "dpbench",
-            "compare",
-            "0.5.16",
-            "9.9.9",
-            "--results",
-            str(suite_run["results"]),
-            "--history",
-            str(suite_run["history"]),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+
+
+# --- SYNTHETIC: an injected regression ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def injected(suite_run, tmp_path_factory):
+    """SYNTHETIC results: the real runs replicated over 12 made-up commits (scale.synthesise), with
+    PR #31835-conforming cases multiplied by 0.6 from the 7th commit on (a regression)."""
+    from dpbench.dashboard import scale
+
+    tmp = tmp_path_factory.mktemp("injected")
+    scale.synthesise(suite_run["results"], tmp / "results", commits=12, benchmarks=6)
+    bench = next(
+        k
+        for k in json.loads((tmp / "results" / "benchmarks.json").read_text())
+        if "pr31835_conforming_cases" in k
     )
-    assert bad.returncode == 2 and "no commit with results matches '9.9.9'" in re.sub(
-        r"[\s│╭╮╰╯─]+", " ", bad.stderr
+    shas = scale.inject_step(tmp / "results", bench, from_commit=6, factor=0.6)
+    index = build_site(tmp / "results", tmp / "site", history_repo=None)
+    return {"results": tmp / "results", "index": index, "bench": bench, "shas": shas}
+
+
+def test_injected_regression_is_detected_with_its_commit_range(injected):
+    model = build_report(injected["index"])
+    found = [
+        st
+        for st in model["steps"]
+        if model["charts"][st["chart"]]["benchmark"] == injected["bench"]
+        and st["kind"] == "regression"
+    ]
+    shas = injected["shas"]
+    assert [
+        (model["commits"][st["before"]]["sha"], model["commits"][st["after"]]["sha"])
+        for st in found
+    ] == [(shas[5], shas[6])]
+    assert found[0]["pct"] == pytest.approx(-40.0)
+
+
+def test_compare_exit_code_gates_on_the_injected_regression(injected):
+    base = ["--results", str(injected["results"]), "--history", str(injected["results"] / "none")]
+    a, b = injected["shas"][5][:12], injected["shas"][6][:12]
+    worse = _compare([a, b, *base])
+    assert worse.returncode == 1, worse.stdout + worse.stderr
+    assert "-40.0 %" in worse.stdout and "1 regression(s) of ≥ 5 %" in worse.stdout
+    assert _compare([a, b, *base, "--fail-above", "50"]).returncode == 0
+    assert _compare([a, b, *base, "--no-fail"]).returncode == 0
+    assert _compare([b, a, *base]).returncode == 0  # the other way round it is an improvement
+
+
+@pytest.mark.browser
+def test_injected_regression_appears_on_the_regressions_page(injected, tmp_path_factory):
+    """Done-when: the injected regression is listed, as a regression, with its commit range."""
+    browser = _skip_without_chromium()
+    with browser.chromium() as chromium:
+        rep = browser.load(
+            chromium,
+            injected["index"].parent / "changes.html",
+            screenshot=_shots(tmp_path_factory) / "changes-injected.png",
+        )
+        ctx, page, _ = _open(chromium, injected["index"].parent / "changes.html")
+        rows = page.eval_on_selector_all(
+            "#steps-table tbody tr",
+            "rows => rows.map(r => ({before: r.dataset.before, after: r.dataset.after,"
+            " cells: Array.from(r.cells).map(c => c.textContent)}))",
+        )
+        ctx.close()
+    assert rep.console_errors == []
+    shas = injected["shas"]
+    mine = [r for r in rows if r["cells"][0] == "regression" and "pr31835" in r["cells"][2]]
+    assert len(mine) == 1
+    assert (mine[0]["before"], mine[0]["after"]) == (shas[5], shas[6])
+    assert mine[0]["cells"][5] == f"{shas[5][:8]} → {shas[6][:8]}"
+    assert mine[0]["cells"][6] == "5 → 3" and mine[0]["cells"][7].startswith("-40.0 %")
+
+
+def test_unmeasured_values_are_absent_never_zero(suite_run, site, tmp_path):
+    """A combination asv left null/NaN, or a run-file metric with value null, has no point."""
+    results = _copy_results(suite_run, tmp_path)
+    f = sorted((results / MACHINE).glob("*-*.json"))[0]
+    data = json.loads(f.read_text())
+    key = next(k for k in data["results"] if k.endswith("KVPlanning.time_plan"))
+    col = data["result_columns"].index("result")
+    data["results"][key][col][0] = None  # asv: skipped / not measured
+    f.write_text(json.dumps(data))
+    run = sorted(results.glob("runs/*/placement/placement.json"))[0]
+    rec = json.loads(run.read_text())
+    name = next(iter(rec["metrics"]))
+    rec["metrics"][name]["value"] = None
+    rec["metrics"]["brand_new_metric"] = {"value": None, "unit": "x", "better": "none"}
+    run.write_text(json.dumps(rec))
+    model = build_report(build_site(results, tmp_path / "site", history_repo=suite_run["history"]))
+    sha = data["commit_hash"]
+    i = [c["sha"] for c in model["commits"]].index(sha)
+    plan = next(c for c in model["charts"] if c["benchmark"] == key)
+    first = next(s for s in plan["series"] if s["params"] == ["round_robin"])
+    assert i not in [p[0] for p in first["points"]]
+    assert not any(c["metric"] == "brand_new_metric" for c in model["charts"])
+    other = next(c for c in model["commits"] if c["sha"] != sha)
+    ia, ib = i, model["commits"].index(other)
+    row = next(
+        r
+        for r in compare.compare_commits(model, ia, ib)
+        if r.metric == plan["title"] and r.params == ("round_robin",)
     )
+    assert row.a is None and row.verdict == "not measured"
 
 
 # --- damage and hostile strings --------------------------------------------------------------
@@ -389,13 +603,13 @@ def test_hostile_strings_from_results_are_rendered_inert(suite_run, tmp_path, tm
     index = build_site(results, tmp_path / "site", history_repo=history)
     model = build_report(index)
     assert model["commits"][-1]["subject"] == HOSTILE and model["machines"][0] == hostile_machine
-    for page in ("index.html", "compare.html"):
+    for page in PAGES:
         html = (index.parent / page).read_text()
         assert "<script>window.__pwned" not in html and "<img src=x" not in html
     assert "<" not in (index.parent / "data.js").read_text().split("=", 1)[1]
 
     with browser.chromium() as chromium:
-        for page in ("index.html", "compare.html"):
+        for page in PAGES:
             ctx = chromium.new_context()
             tab = ctx.new_page()
             errors = []
@@ -406,11 +620,12 @@ def test_hostile_strings_from_results_are_rendered_inert(suite_run, tmp_path, tm
             assert tab.evaluate("document.querySelectorAll('script:not([src])').length") == 0
             assert tab.evaluate("document.querySelectorAll('img').length") == 0
             text = tab.inner_text("body")
-            if page == "index.html":
+            if page == "history.html":
                 assert HOSTILE in text  # shown literally in the commit table
-            assert hostile_machine in tab.evaluate(
-                "Array.from(document.querySelectorAll('#machine-select option')).map(o => o.textContent).join('|')"
-            )
+            if page in ("index.html", "history.html", "compare.html"):
+                assert hostile_machine in tab.evaluate(
+                    "Array.from(document.querySelectorAll('#machine-select option')).map(o => o.textContent).join('|')"
+                )
             assert errors == []
             shots = Path(
                 os.environ.get("DPBENCH_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots")

@@ -1,35 +1,13 @@
-// The comparison page: any two commits, every metric side by side with ratio, noise band and verdict.
+// The comparison page: any two commits, every metric with its change, interval and verdict,
+// most significant first; rows within noise / unchanged / unmeasured behind a toggle.
 "use strict";
 
 (function () {
   const data = window.DPBENCH_DATA;
   const commits = data.commits;
   const selA = document.getElementById("commit-a"), selB = document.getElementById("commit-b");
-  const selM = document.getElementById("machine-select");
-
-  function fill(sel) {
-    commits.forEach((c, i) => {
-      sel.appendChild(DP.el("option", {value: String(i)}, c.label + " · " + (c.placement || "placement not measured")));
-    });
-  }
-
-  function fromHash() {
-    const params = new URLSearchParams(location.hash.slice(1));
-    const find = key => {
-      const want = params.get(key);
-      if (!want) return null;
-      const i = commits.findIndex(c => c.sha.startsWith(want) || c.tags.includes(want) || c.label === want);
-      return i >= 0 ? i : null;
-    };
-    return [find("a"), find("b")];
-  }
-
-  function band(v) {
-    if (!v) return "—";
-    let s = DP.fmt(v.value);
-    if (v.lo != null && v.hi != null) s += " [" + DP.fmt(v.lo) + ", " + DP.fmt(v.hi) + "]";
-    return s;
-  }
+  const selM = document.getElementById("machine-select"), quiet = document.getElementById("show-quiet");
+  const COLOUR = {"worse": "#d62728", "better": "#2ca02c", "changed": "#1f77b4", "within noise": "#bbbbbb"};
 
   function metricName(row) {
     let s = row.chart.title;
@@ -43,53 +21,59 @@
     tbody.textContent = "";
     const rows = commits.length ? DP.compareCommits(data, ia, ib, selM.value) : [];
     const a = commits[ia], b = commits[ib];
+    const counts = {};
+    for (const r of rows) counts[r.change.verdict] = (counts[r.change.verdict] || 0) + 1;
+    const hidden = rows.filter(r => DP.QUIET.includes(r.change.verdict)).length;
     document.getElementById("compare-summary").textContent = a && b ?
       "A = " + a.label + " (" + (a.placement || "placement not measured") + ", " + (a.date || "no date") + ")   vs   B = " +
-      b.label + " (" + (b.placement || "placement not measured") + ", " + (b.date || "no date") + "): " + rows.length + " metrics" :
+      b.label + " (" + (b.placement || "placement not measured") + ", " + (b.date || "no date") + "): " + rows.length +
+      " metrics — " + ["worse", "better", "changed", "within noise", "no change", "not measured"]
+        .filter(v => counts[v]).map(v => counts[v] + " " + v).join(", ") +
+      (hidden && !quiet.checked ? " (" + hidden + " quiet rows hidden)" : "") :
       "need at least one commit with results";
-    const ratioRows = [];
+    const plotted = [];
     for (const row of rows) {
-      const tr = DP.el("tr", {"class": "verdict-" + (row.winner || "none")});
+      const isQuiet = DP.QUIET.includes(row.change.verdict);
+      const tr = DP.el("tr", {"class": "verdict-" + row.change.verdict.replace(/ /g, "-") + (isQuiet ? " quiet" : "")});
+      if (isQuiet && !quiet.checked) tr.style.display = "none";
       const cells = [row.chart.tier, metricName(row), row.series.machine + " / " + row.series.env, row.chart.unit,
-                     row.chart.better, band(row.a), band(row.b), row.ratio == null ? "—" : DP.fmt(row.ratio) + "×",
-                     row.verdict];
+                     DP.BETTER_TEXT[row.chart.better], DP.sideText(row.a), DP.sideText(row.b), DP.fmtPct(row.change),
+                     row.change.verdict + (row.change.basis === "single run" && !isQuiet ? " (single run)" : "")];
       for (const c of cells) tr.appendChild(DP.el("td", {}, c));
       tbody.appendChild(tr);
-      if (row.ratio != null && row.ratio > 0) ratioRows.push(row);
+      if (row.change.pct != null && row.change.verdict !== "no change" && row.change.verdict !== "not measured" &&
+          (quiet.checked || !isQuiet)) plotted.push(row);
     }
-    const undrawn = rows.length - ratioRows.length;
-    document.getElementById("ratio-note").textContent = undrawn ?
-      undrawn + " of " + rows.length + " metrics not drawn: a zero or missing value on one side has no ratio on a log scale (see the table)." : "";
-    const colour = {A: "#d62728", B: "#2ca02c", "": "#7f7f7f"};
+    const fromZero = rows.filter(r => r.change.pct == null && !DP.QUIET.includes(r.change.verdict)).length;
+    document.getElementById("change-note").textContent = fromZero ?
+      fromZero + " metric(s) changed from 0 on A: no percentage, listed in the table." : "";
     const trace = {
-      type: "bar", orientation: "h", name: "B / A",
-      y: ratioRows.map((r, k) => DP.esc(k + 1 + ". " + r.chart.tier + " · " + metricName(r))),
-      x: ratioRows.map(r => r.ratio),
-      marker: {color: ratioRows.map(r => colour[r.winner])},
-      hovertext: ratioRows.map(r => DP.esc(r.verdict + " · " + r.series.machine + " / " + r.series.env)),
-      hoverinfo: "x+text",
+      type: "bar", orientation: "h", name: "change %",
+      y: plotted.map((r, k) => DP.esc(k + 1 + ". " + r.chart.tier + " · " + metricName(r))),
+      x: plotted.map(r => r.change.pct),
+      marker: {color: plotted.map(r => COLOUR[r.change.verdict] || "#7f7f7f")},
+      error_x: {type: "data", symmetric: false, visible: true,
+                array: plotted.map(r => r.change.hi != null ? r.change.hi - r.change.pct : 0),
+                arrayminus: plotted.map(r => r.change.lo != null ? r.change.pct - r.change.lo : 0)},
+      hovertext: plotted.map(r => DP.esc(r.change.verdict + " · " + DP.fmtPct(r.change) + " · " + r.series.machine + " / " + r.series.env)),
+      hoverinfo: "text",
     };
-    Plotly.react("ratio-plot", [trace], {
-      height: Math.max(220, 26 * ratioRows.length + 90), margin: {l: 380, r: 20, t: 20, b: 40},
-      xaxis: {type: "log", title: {text: "B / A (1 = equal)"}}, yaxis: {automargin: true, autorange: "reversed"},
-      shapes: [{type: "line", x0: 1, x1: 1, yref: "paper", y0: 0, y1: 1, line: {dash: "dot", color: "#333"}}],
+    Plotly.react("change-plot", [trace], {
+      height: Math.max(200, 24 * plotted.length + 80), margin: {l: 420, r: 20, t: 10, b: 40},
+      xaxis: {title: {text: "change B vs A (%)"}, zeroline: true}, yaxis: {automargin: true, autorange: "reversed"},
     }, {displaylogo: false, responsive: true});
     history.replaceState(null, "", "#a=" + (a ? a.sha : "") + "&b=" + (b ? b.sha : ""));
     document.body.dataset.rows = String(rows.length);
   }
 
-  function start() {
-    fill(selA); fill(selB);
-    const [ha, hb] = fromHash();
+  DP.onLoad(function () {
+    DP.commitOptions(selA, commits); DP.commitOptions(selB, commits);
+    const [ha, hb] = DP.pairFromHash(commits);
     const pair = data.default_pair || [0, Math.max(0, commits.length - 1)];
     selA.value = String(ha != null ? ha : pair[0]);
     selB.value = String(hb != null ? hb : pair[1]);
-    for (const s of [selA, selB, selM]) s.addEventListener("change", render);
+    for (const s of [selA, selB, selM, quiet]) s.addEventListener("change", render);
     render();
-    document.body.dataset.readyMs = String(Math.round(performance.now()));
-    document.body.dataset.ready = "1";
-  }
-
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+    DP.ready();
+  });
 })();

@@ -1,11 +1,16 @@
-// Shared by the dashboard's pages: placement styling, plotly-safe text, and the commit comparison.
+// Shared by the dashboard's pages: text helpers, and the comparison rules of dpbench.dashboard.compare.
 // Strings from results only ever reach the DOM through textContent or plotly text escaped by esc().
 "use strict";
 
 const DP = (function () {
   const PLACEMENT_COLOR = {"early": "#d62728", "post-kv": "#2ca02c", "absent": "#7f7f7f", "unknown": "#bcbd22"};
   const PLACEMENT_SYMBOL = {"early": "circle", "post-kv": "diamond", "absent": "x", "unknown": "circle-open"};
-  const BETTER_TEXT = {"higher": "higher is better", "lower": "lower is better", "none": "no better direction"};
+  const PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"};
+  const BETTER_TEXT = {"higher": "higher is better", "lower": "lower is better", "none": "no better direction",
+                       "unknown": "direction unknown"};
+  const VERDICT_ORDER = {"worse": 0, "better": 1, "changed": 2, "within noise": 3, "no change": 4, "not measured": 5};
+  const QUIET = ["within noise", "no change", "not measured"];
+  const CONTROL_VALUES = ["off", "false", "0", "none"];
 
   // plotly reads its text as a small HTML subset: escape so results cannot add markup (quotes are
   // harmless there, and plotly would show &quot; literally).
@@ -27,10 +32,22 @@ const DP = (function () {
     return Number(v.toPrecision(4)).toString();
   }
 
+  function sign(x) { return (x >= 0 ? "+" : "") + x.toFixed(1); }
+
   function seriesName(s) {
     const parts = [s.machine, s.env];
     if (s.params && s.params.length) parts.push(s.params.join(", "));
     return parts.join(" / ");
+  }
+
+  function scenarioText(scen) {
+    const parts = Object.entries(scen).map(([k, v]) => k + "=" + v);
+    return parts.length ? parts.join(", ") : "—";
+  }
+
+  function isControl(scen) {
+    const v = scen.delayer;
+    return v != null && CONTROL_VALUES.includes(String(v).trim().toLowerCase());
   }
 
   function valueAt(series, index) {
@@ -38,23 +55,45 @@ const DP = (function () {
     return null;
   }
 
-  // Same rules as dpbench.dashboard.compare.compare_values (the terminal's `dpbench compare`).
-  function compareValues(a, b, better) {
-    if (!a && !b) return {ratio: null, winner: "", verdict: "no data"};
-    if (!a) return {ratio: null, winner: "", verdict: "only B"};
-    if (!b) return {ratio: null, winner: "", verdict: "only A"};
-    let ratio = null;
-    if (a.value !== 0) ratio = b.value / a.value;
-    else if (b.value === 0) ratio = 1;
-    if (a.value === b.value) return {ratio: ratio, winner: "", verdict: "same"};
+  // Same rules as dpbench.dashboard.compare.change_of (the terminal's `dpbench compare`).
+  function changeOf(a, b, better) {
+    if (!a || !b) return {pct: null, lo: null, hi: null, verdict: "not measured", basis: ""};
     const banded = a.lo != null && a.hi != null && b.lo != null && b.hi != null;
-    if (banded && a.lo <= b.hi && b.lo <= a.hi) return {ratio: ratio, winner: "", verdict: "within noise"};
-    if (better !== "higher" && better !== "lower") return {ratio: ratio, winner: "", verdict: "differs"};
+    if (a.value === b.value) return {pct: 0, lo: null, hi: null, verdict: "no change", basis: banded ? "bands" : ""};
+    let pct = null, lo = null, hi = null;
+    if (a.value !== 0) {
+      const scale = Math.abs(a.value);
+      pct = (b.value - a.value) / scale * 100;
+      if (banded) { lo = (b.lo - a.hi) / scale * 100; hi = (b.hi - a.lo) / scale * 100; }
+    }
+    const basis = banded ? "bands" : "single run";
+    if (banded && a.lo <= b.hi && b.lo <= a.hi) return {pct, lo, hi, verdict: "within noise", basis};
+    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
     const bWins = better === "higher" ? b.value > a.value : b.value < a.value;
-    const winner = bWins ? "B" : "A";
-    return {ratio: ratio, winner: winner, verdict: winner + " better" + (banded ? "" : " (single run)")};
+    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
   }
 
+  function size(c) {
+    if (c.pct == null) return ["better", "worse", "changed"].includes(c.verdict) ? Infinity : 0;
+    return Math.abs(c.pct);
+  }
+
+  function fmtPct(c) {
+    if (c.verdict === "not measured") return "—";
+    if (c.pct == null) return "from 0";
+    let s = sign(c.pct) + " %";
+    if (c.lo != null && c.hi != null) s += " [" + sign(c.lo) + ", " + sign(c.hi) + "]";
+    return s;
+  }
+
+  function sideText(v) {
+    if (!v) return "—";
+    let s = fmt(v.value);
+    if (v.lo != null && v.hi != null) s += " [" + fmt(v.lo) + ", " + fmt(v.hi) + "]";
+    return s;
+  }
+
+  // Same order as dpbench.dashboard.compare.sort_key.
   function compareCommits(data, ia, ib, machine) {
     const rows = [];
     for (const chart of data.charts) {
@@ -62,12 +101,85 @@ const DP = (function () {
         if (machine && s.machine !== machine) continue;
         const a = valueAt(s, ia), b = valueAt(s, ib);
         if (!a && !b) continue;
-        rows.push(Object.assign({chart: chart, series: s, a: a, b: b}, compareValues(a, b, chart.better)));
+        rows.push({chart: chart, series: s, a: a, b: b, change: changeOf(a, b, chart.better)});
       }
     }
+    const key = r => r.chart.tier + r.chart.title;
+    rows.sort((x, y) => (VERDICT_ORDER[x.change.verdict] - VERDICT_ORDER[y.change.verdict]) ||
+      (size(y.change) - size(x.change)) || (key(x) < key(y) ? -1 : key(x) > key(y) ? 1 : 0));
     return rows;
   }
 
-  return {PLACEMENT_COLOR, PLACEMENT_SYMBOL, BETTER_TEXT, esc, el, fmt, seriesName, valueAt,
-          compareValues, compareCommits};
+  // Same as dpbench.dashboard.metrics.key_metric / compare.summary: the columns are decided in
+  // Python (chart.key) so the two cannot drift; this only collects the cells.
+  function summary(data, ia, ib, machine) {
+    const columns = {};
+    for (const chart of data.charts) {
+      if (!chart.key) continue;
+      const id = chart.tier + "\u0000" + chart.key;
+      const have = columns[id];
+      if (!have || (have.source !== "asv" && chart.source === "asv")) columns[id] = chart;
+    }
+    const tiers = {};
+    for (const chart of Object.values(columns)) {
+      for (const s of chart.series) {
+        if (machine && s.machine !== machine) continue;
+        const a = valueAt(s, ia), b = valueAt(s, ib);
+        if (!a && !b) continue;
+        let scen = {};
+        if (chart.source === "asv") {
+          for (const [k, v] of Object.entries(s.scenario)) if (k !== "run") scen[k] = v;
+        } else scen = {run: s.scenario.run || ""};
+        const rk = scenarioText(scen) + "\u0000" + s.machine + "\u0000" + s.env;
+        const rows = tiers[chart.tier] = tiers[chart.tier] || {};
+        const row = rows[rk] = rows[rk] || {tier: chart.tier, scenario: scen, machine: s.machine, env: s.env,
+                                             control: isControl(scen), cells: {}};
+        row.cells[chart.key] = {chart: chart, a: a, b: b, change: changeOf(a, b, chart.better)};
+      }
+    }
+    const natural = v => (isNaN(Number(v)) ? [1, 0, v] : [0, Number(v), v]);
+    const cmp = (x, y) => {
+      if (x.control !== y.control) return x.control ? 1 : -1;
+      const xs = Object.values(x.scenario).map(natural), ys = Object.values(y.scenario).map(natural);
+      for (let i = 0; i < Math.min(xs.length, ys.length); i++) {
+        for (let j = 0; j < 3; j++) if (xs[i][j] !== ys[i][j]) return xs[i][j] < ys[i][j] ? -1 : 1;
+      }
+      if (xs.length !== ys.length) return xs.length - ys.length;
+      return x.machine < y.machine ? -1 : x.machine > y.machine ? 1 : x.env < y.env ? -1 : x.env > y.env ? 1 : 0;
+    };
+    const out = {};
+    for (const tier of Object.keys(tiers).sort()) out[tier] = Object.values(tiers[tier]).sort(cmp);
+    return out;
+  }
+
+  function commitOptions(sel, commits) {
+    commits.forEach((c, i) => {
+      sel.appendChild(el("option", {value: String(i)}, c.label + " · " + (c.placement || "placement not measured")));
+    });
+  }
+
+  function pairFromHash(commits) {
+    const params = new URLSearchParams(location.hash.slice(1));
+    const find = key => {
+      const want = params.get(key);
+      if (!want) return null;
+      const i = commits.findIndex(c => c.sha.startsWith(want) || c.tags.includes(want) || c.label === want);
+      return i >= 0 ? i : null;
+    };
+    return [find("a"), find("b")];
+  }
+
+  function ready() {
+    document.body.dataset.readyMs = String(Math.round(performance.now()));
+    document.body.dataset.ready = "1";
+  }
+
+  function onLoad(fn) {
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", fn);
+    else fn();
+  }
+
+  return {PLACEMENT_COLOR, PLACEMENT_SYMBOL, PLACEMENT_LABELS, BETTER_TEXT, QUIET, esc, el, fmt, sign,
+          seriesName, scenarioText, isControl, valueAt, changeOf, fmtPct, sideText, compareCommits, summary,
+          commitOptions, pairFromHash, ready, onLoad};
 })();

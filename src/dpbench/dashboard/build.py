@@ -1,4 +1,11 @@
-"""Build the static dashboard site (index + comparison page) from a results directory.
+"""Build the static dashboard site from a results directory.
+
+Pages: ``index.html`` the summary (landing page: the metrics that decide the question,
+per tier and scenario, for a pair of commits), ``history.html`` (per-metric history for
+one chosen scenario, normalised to a baseline commit), ``compare.html`` (every metric of
+two commits, most significant first), ``changes.html`` (steps asv's detector finds:
+regressions and improvements with their commit ranges) and ``fidelity.html`` (twin vs
+simulated-forward server on the same scenario).
 
 The site opens from ``file://``: its data is a ``data.js`` script (``window.DPBENCH_DATA
 = {...}``) loaded with ``<script src>``, and plotly.js is copied from the installed
@@ -18,11 +25,28 @@ from typing import Any
 
 import jinja2
 
-from dpbench.dashboard import loaders
+from dpbench.dashboard import fidelity, loaders, steps
 from dpbench.dashboard.model import build_model, default_pair
 from dpbench.paths import project_root
 
-ASSETS = ("dashboard.css", "dashboard.js", "index.js", "compare.js")
+ASSETS = (
+    "dashboard.css",
+    "dashboard.js",
+    "summary.js",
+    "history.js",
+    "compare.js",
+    "changes.js",
+    "fidelity.js",
+)
+# page → (template, needs plotly.js). The landing page (the summary) is tables only, so it
+# does not parse the 4.8 MB plotly bundle.
+PAGES = {
+    "index.html": ("summary.html.j2", False),
+    "history.html": ("history.html.j2", True),
+    "compare.html": ("compare.html.j2", True),
+    "changes.html": ("changes.html.j2", False),
+    "fidelity.html": ("fidelity.html.j2", False),
+}
 PLOTLY_ASSET = "plotly.min.js"
 
 
@@ -96,6 +120,8 @@ def build_site(
     model = build_model(loaded, history)
     pair = default_pair(model)
     model["default_pair"] = list(pair) if pair else None
+    model["steps"] = steps.detect(model)
+    model["fidelity"] = fidelity.pairs(model)
 
     asv_html = Path(asv_html) if asv_html is not None else out.parent / "html"
     asv_index = asv_html / "index.html"
@@ -131,8 +157,8 @@ def build_site(
         (staging / "data.js").write_text(
             "window.DPBENCH_DATA = " + script_json(model) + ";\n", encoding="utf-8"
         )
-        for page in ("index.html", "compare.html"):
-            html = env.get_template(page + ".j2").render(page=page, **context)
+        for page, (template, plotly_js) in PAGES.items():
+            html = env.get_template(template).render(page=page, plotly=plotly_js, **context)
             (staging / page).write_text(html, encoding="utf-8")
         os.chmod(staging, 0o755)
         # Swap the finished site in; a crash before this line leaves the previous site intact.

@@ -1,19 +1,37 @@
-"""Compare two commits metric by metric: values, noise band, ratio and which side is better.
+"""Compare two commits metric by metric: change in %, its interval, and a verdict.
 
-The rules match the comparison page's JavaScript (``dashboard/assets/dashboard.js``,
-``compareValues``), so the terminal and the site agree:
+The rules match the site's JavaScript (``dashboard/assets/dashboard.js``, ``changeOf``
+and ``summaryRows``), so the terminal (`dpbench compare`) and the pages agree:
 
-- both values carry a band (asv's 99 % confidence interval, from repeats) and the
-  bands overlap → "within noise";
-- otherwise the side the metric's direction favours is better; without bands the
-  verdict says "(single run)";
-- a metric without a direction ("none", e.g. a placement code) only "differs".
+- a side with no value → "not measured" (a value asv or a run file left null is absent,
+  never 0); both values equal → "no change";
+- change = (B − A) / |A| in %; a drop to 0 is −100 %; from A = 0 the change has no
+  percentage ("from 0");
+- both sides carry a band (asv's 99 % CI from repeats, else IQR, else the range of
+  per-seed samples) and the bands overlap → "within noise"; the change's interval is
+  then [(B.lo − A.hi), (B.hi − A.lo)] / |A|;
+- otherwise the metric's direction decides "better" / "worse"; a metric with no
+  direction ("none") or an unknown one only "changed". ``basis`` says whether the
+  verdict rests on bands or on a single run per side.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
+
+from dpbench.dashboard import metrics
+
+VERDICT_ORDER = {
+    "worse": 0,
+    "better": 1,
+    "changed": 2,
+    "within noise": 3,
+    "no change": 4,
+    "not measured": 5,
+}
+QUIET = ("within noise", "no change", "not measured")  # hidden behind the page's toggle
 
 
 class CommitNotFound(LookupError):
@@ -23,12 +41,61 @@ class CommitNotFound(LookupError):
 @dataclass(frozen=True)
 class Side:
     value: float
-    lo: float | None
-    hi: float | None
+    lo: float | None = None
+    hi: float | None = None
 
     @property
     def banded(self) -> bool:
         return self.lo is not None and self.hi is not None
+
+
+@dataclass(frozen=True)
+class Change:
+    pct: float | None  # (B − A) / |A| × 100; None when A or B is missing, or A = 0 ≠ B
+    lo: float | None  # interval of pct where both sides have bands
+    hi: float | None
+    verdict: str  # better | worse | changed | within noise | no change | not measured
+    basis: str  # "bands" | "single run" | ""
+
+    @property
+    def size(self) -> float:
+        """|pct| for sorting; a change from 0 counts as infinite."""
+        if self.pct is None:
+            return math.inf if self.verdict in ("better", "worse", "changed") else 0.0
+        return abs(self.pct)
+
+
+def change_of(a: Side | None, b: Side | None, better: str) -> Change:
+    if a is None or b is None:
+        return Change(None, None, None, "not measured", "")
+    if a.value == b.value:
+        return Change(0.0, None, None, "no change", "bands" if a.banded and b.banded else "")
+    banded = a.banded and b.banded
+    pct = lo = hi = None
+    if a.value != 0:
+        scale = abs(a.value)
+        pct = (b.value - a.value) / scale * 100
+        if banded:
+            lo = (b.lo - a.hi) / scale * 100  # type: ignore[operator]
+            hi = (b.hi - a.lo) / scale * 100  # type: ignore[operator]
+    basis = "bands" if banded else "single run"
+    if banded and a.lo <= b.hi and b.lo <= a.hi:  # type: ignore[operator]
+        return Change(pct, lo, hi, "within noise", basis)
+    if better not in ("higher", "lower"):
+        return Change(pct, lo, hi, "changed", basis)
+    b_wins = b.value > a.value if better == "higher" else b.value < a.value
+    return Change(pct, lo, hi, "better" if b_wins else "worse", basis)
+
+
+def fmt_pct(c: Change) -> str:
+    if c.verdict == "not measured":
+        return "—"
+    if c.pct is None:
+        return "from 0"
+    text = f"{c.pct:+.1f} %"
+    if c.lo is not None and c.hi is not None:
+        text += f" [{c.lo:+.1f}, {c.hi:+.1f}]"
+    return text
 
 
 @dataclass(frozen=True)
@@ -37,36 +104,22 @@ class Row:
     source: str
     metric: str
     params: tuple[str, ...]
+    scenario: dict[str, str]
     machine: str
     env: str
     unit: str
     better: str
     a: Side | None
     b: Side | None
-    ratio: float | None
-    winner: str  # "A", "B" or ""
-    verdict: str
+    change: Change
 
+    @property
+    def verdict(self) -> str:
+        return self.change.verdict
 
-def compare_values(a: Side | None, b: Side | None, better: str) -> tuple[float | None, str, str]:
-    """(ratio B/A, winner, verdict) for one metric."""
-    if a is None and b is None:
-        return None, "", "no data"
-    if a is None:
-        return None, "", "only B"
-    if b is None:
-        return None, "", "only A"
-    ratio = b.value / a.value if a.value != 0 else (1.0 if b.value == 0 else None)
-    if a.value == b.value:
-        return ratio, "", "same"
-    banded = a.banded and b.banded
-    if banded and a.lo <= b.hi and b.lo <= a.hi:  # type: ignore[operator]
-        return ratio, "", "within noise"
-    if better not in ("higher", "lower"):
-        return ratio, "", "differs"
-    b_wins = b.value > a.value if better == "higher" else b.value < a.value
-    winner = "B" if b_wins else "A"
-    return ratio, winner, f"{winner} better" + ("" if banded else " (single run)")
+    @property
+    def control(self) -> bool:
+        return metrics.is_control(self.scenario)
 
 
 def resolve_commit(model: dict[str, Any], name: str) -> int:
@@ -90,41 +143,126 @@ def resolve_commit(model: dict[str, Any], name: str) -> int:
     raise CommitNotFound(f"no commit with results matches {name!r}; commits with results: {known}")
 
 
-def _side(series: dict[str, Any], index: int) -> Side | None:
+def side_at(series: dict[str, Any], index: int) -> Side | None:
     for i, value, lo, hi in series["points"]:
         if i == index:
             return Side(value, lo, hi)
     return None
 
 
+def sort_key(row: Row) -> tuple[int, float, str]:
+    """Most significant first: worse, better, changed, then quiet rows; bigger changes first."""
+    return (VERDICT_ORDER[row.verdict], -row.change.size, row.tier + row.metric)
+
+
 def compare_commits(
     model: dict[str, Any], ia: int, ib: int, machine: str | None = None
 ) -> list[Row]:
-    """One row per chart series (metric × machine × env × params) measured on either commit."""
+    """One row per chart series (metric × machine × env × params) measured on either commit,
+    most significant first."""
     rows = []
     for chart in model["charts"]:
         for s in chart["series"]:
             if machine and s["machine"] != machine:
                 continue
-            a, b = _side(s, ia), _side(s, ib)
+            a, b = side_at(s, ia), side_at(s, ib)
             if a is None and b is None:
                 continue
-            ratio, winner, verdict = compare_values(a, b, chart["better"])
             rows.append(
                 Row(
                     chart["tier"],
                     chart["source"],
                     chart["title"],
                     tuple(s["params"]),
+                    s["scenario"],
                     s["machine"],
                     s["env"],
                     chart["unit"],
                     chart["better"],
                     a,
                     b,
-                    ratio,
-                    winner,
-                    verdict,
+                    change_of(a, b, chart["better"]),
                 )
             )
+    rows.sort(key=sort_key)
     return rows
+
+
+# --- the summary: the metrics that decide the question, per tier and scenario ---------------
+
+
+@dataclass
+class SummaryRow:
+    tier: str
+    scenario: dict[str, str]
+    machine: str
+    env: str
+    control: bool
+    cells: dict[str, tuple[dict[str, Any], Side | None, Side | None, Change]] = field(
+        default_factory=dict
+    )  # column key → (chart, A, B, change)
+
+
+def scenario_text(scenario: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in scenario.items()) or "—"
+
+
+def summary(
+    model: dict[str, Any], ia: int, ib: int, machine: str | None = None
+) -> dict[str, list[SummaryRow]]:
+    """tier → rows (one per scenario × machine × env with a key metric on A or B).
+
+    asv charts fill a column first; a run-file metric fills it only where no asv chart
+    of that tier does. Rows: delayer-on (or no delayer parameter) first, the control
+    (delayer off) after.
+    """
+    columns: dict[tuple[str, str], dict[str, Any]] = {}
+    for chart in model["charts"]:
+        key = chart.get("key")
+        if key is None:
+            continue
+        have = columns.get((chart["tier"], key))
+        if have is None or (have["source"] != "asv" and chart["source"] == "asv"):
+            columns[(chart["tier"], key)] = chart
+    out: dict[str, dict[tuple[str, str, str], SummaryRow]] = {}
+    for (tier, key), chart in columns.items():
+        for s in chart["series"]:
+            if machine and s["machine"] != machine:
+                continue
+            a, b = side_at(s, ia), side_at(s, ib)
+            if a is None and b is None:
+                continue
+            scen = {k: v for k, v in s["scenario"].items() if k != "run"}
+            if chart["source"] != "asv":
+                scen = {"run": s["scenario"].get("run", "")}
+            rk = (scenario_text(scen), s["machine"], s["env"])
+            row = out.setdefault(tier, {}).get(rk)
+            if row is None:
+                row = out[tier][rk] = SummaryRow(
+                    tier, scen, s["machine"], s["env"], metrics.is_control(scen)
+                )
+            row.cells[key] = (chart, a, b, change_of(a, b, chart["better"]))
+    return {
+        tier: sorted(rows.values(), key=lambda r: (r.control, _scenario_sort(r), r.machine, r.env))
+        for tier, rows in sorted(out.items())
+    }
+
+
+def _scenario_sort(row: SummaryRow) -> list[tuple[int, float, str]]:
+    keys = []
+    for v in row.scenario.values():
+        try:
+            keys.append((0, float(v), v))
+        except ValueError:
+            keys.append((1, 0.0, v))
+    return keys
+
+
+def regressions(rows: list[Row], threshold_pct: float) -> list[Row]:
+    """Rows that gate CI: verdict "worse" and a change of at least ``threshold_pct`` % (from 0
+    always counts). Metrics without a direction never gate."""
+    return [
+        r
+        for r in rows
+        if r.verdict == "worse" and (r.change.pct is None or abs(r.change.pct) >= threshold_pct)
+    ]

@@ -35,9 +35,10 @@ class AsvValue:
     benchmark: str
     params: tuple[str, ...]  # one string per parameter (asv's repr), () when unparametrised
     value: float
-    ci_low: float | None  # asv's 99 % confidence interval where it had repeats
+    ci_low: float | None  # the noise band: see :func:`_band` for which of asv's statistics
     ci_high: float | None
     repeats: int | None
+    band: str | None = None  # "99% CI" | "IQR" | "sample range" | None (no spread recorded)
 
 
 @dataclass(frozen=True)
@@ -121,23 +122,27 @@ def _load_asv_file(path: Path, machine: str) -> AsvRun:
         raw = res.get_result_value(key, res.get_result_params(key) or [])
         params = res.get_result_params(key) or []
         stats = res._stats.get(key) or []  # asv keeps per-combination stats here; no public getter
+        samples = res._samples.get(key) or []
         combos = _param_combinations(params)
         if not isinstance(raw, list):
             raw = [raw]
         for i, value in enumerate(raw):
             v = _finite(value)
-            if v is None:  # asv stores a skipped or failed combination as null / NaN
+            if v is None:  # asv stores a skipped, failed or unmeasured combination as null / NaN
                 continue
             st = stats[i] if i < len(stats) and isinstance(stats[i], dict) else {}
+            smp = samples[i] if i < len(samples) and isinstance(samples[i], list) else []
+            lo, hi, band = _band(st, smp)
             repeats = st.get("repeat")
             values.append(
                 AsvValue(
                     benchmark=key,
                     params=combos[i] if i < len(combos) else (),
                     value=v,
-                    ci_low=_finite(st.get("ci_99_a")),
-                    ci_high=_finite(st.get("ci_99_b")),
+                    ci_low=lo,
+                    ci_high=hi,
                     repeats=int(repeats) if isinstance(repeats, int | float) else None,
+                    band=band,
                 )
             )
     date = res.date
@@ -149,6 +154,23 @@ def _load_asv_file(path: Path, machine: str) -> AsvRun:
         date_ms=int(date) if isinstance(date, int | float) else None,
         values=tuple(values),
     )
+
+
+def _band(
+    stats: dict[str, Any], samples: list[Any]
+) -> tuple[float | None, float | None, str | None]:
+    """The spread asv recorded for one value, best first: its 99 % CI (from repeats), the
+    inter-quartile range, else the range of the recorded samples (e.g. one per seed)."""
+    a, b = _finite(stats.get("ci_99_a")), _finite(stats.get("ci_99_b"))
+    if a is not None and b is not None:
+        return a, b, "99% CI"
+    q1, q3 = _finite(stats.get("q_25")), _finite(stats.get("q_75"))
+    if q1 is not None and q3 is not None and stats.get("repeat", 2) != 1:
+        return q1, q3, "IQR"
+    finite = [x for x in (_finite(v) for v in samples) if x is not None]
+    if len(finite) >= 2:
+        return min(finite), max(finite), "sample range"
+    return None, None, None
 
 
 def _param_combinations(params: list[list[str]]) -> list[tuple[str, ...]]:

@@ -6,45 +6,37 @@ The returned dict is plain JSON; the site's JavaScript and the terminal comparis
     {"commits": [{"sha", "short", "label", "date", "subject", "branch", "tags",
                   "placement", "placement_sources"}],          # oldest first
      "placement_changes": [{"index", "from", "to"}],
-     "machines": [...], "envs": [...],
-     "charts": [{"id", "tier", "source": "asv" | "run file", "benchmark", "title",
-                 "unit", "better": "higher" | "lower" | "none", "param_names",
-                 "series": [{"machine", "env", "params", "points": [[i, value, lo|None, hi|None]]}]}],
+     "machines": [...], "envs": [...], "tiers": [...],
+     "scenario_axes": {"spec": [...], "dp_size": [...], "delayer": [...], ...},
+     "key_metrics": [{"key", "heading"}],                     # the summary's columns
+     "unknown_directions": [metric names no direction row matched],
+     "charts": [{"id", "tier", "source": "asv" | "run file", "benchmark", "group", "title",
+                 "metric", "key": summary column | None, "unit", "better": "higher" | "lower" | "none" | "unknown",
+                 "better_why", "executor": "simulated" | None, "param_names", "axes",
+                 "series": [{"machine", "env", "params", "scenario": {axis: value},
+                             "band": "99% CI" | "IQR" | "sample range" | None,
+                             "points": [[i, value, lo|None, hi|None]]}]}],
      "problems": [{"path", "reason"}]}
+
+A value asv or a run file left null/NaN (skipped, not measured) is absent: no point.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import math
 import re
 from collections import Counter, defaultdict
 from typing import Any
 
+from dpbench.dashboard import metrics
 from dpbench.dashboard.loaders import Loaded
 
 # The placement tier's codes (dpbench.placement.probe.PLACEMENT_CODES), decoded here.
 PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"}
 PLACEMENT_BENCH = re.compile(r"^placement\..*\btrack_placement_code$")
 SHA = re.compile(r"^[0-9a-f]{7,64}$")
-
-
-TIME_UNITS = {"s", "seconds", "ms", "us", "ns"}
-
-
-def _direction(
-    bench_name: str, unit: str, tier: str, run_better: dict[tuple[str, str], str]
-) -> str:
-    """asv has no direction field: time/memory benchmarks are lower-is-better; a track_ takes the
-    direction its run-file metric of the same name declares, or lower for a duration."""
-    method = bench_name.rsplit(".", 1)[-1]
-    if method.startswith(("time_", "mem_", "peakmem_")):
-        return "lower"
-    if method.startswith("track_"):
-        declared = run_better.get((tier, method.removeprefix("track_")))
-        if declared:
-            return declared
-        return "lower" if unit in TIME_UNITS else "none"
-    return "none"
 
 
 def _iso(date_ms: int | None) -> str | None:
@@ -149,59 +141,95 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
                 run_better[(rf.tier, name)] = m["better"]
 
     charts: dict[str, dict[str, Any]] = {}
-    asv_metric_names: set[tuple[str, str]] = set()
+    asv_metrics: dict[str, set[str]] = defaultdict(set)  # tier → metric names asv charts show
     for run in loaded.asv_runs:
         for v in run.values:
-            meta = loaded.benchmarks.get(v.benchmark, {})
-            tier = v.benchmark.split(".", 1)[0]
             chart = charts.get(v.benchmark)
             if chart is None:
+                meta = loaded.benchmarks.get(v.benchmark, {})
+                tier = v.benchmark.split(".", 1)[0]
+                name = metrics.metric_name(v.benchmark)
+                d = metrics.direction(v.benchmark, run_better.get((tier, name)))
+                param_names = [str(n) for n in (meta.get("param_names") or [])]
+                cls = v.benchmark.split(".")[-2] if v.benchmark.count(".") >= 2 else ""
                 chart = charts[v.benchmark] = {
                     "id": f"asv:{v.benchmark}",
                     "tier": tier,
                     "source": "asv",
                     "benchmark": v.benchmark,
+                    "group": cls,
                     "title": meta.get("pretty_name") or v.benchmark.split(".", 1)[-1],
+                    "metric": name,
+                    "key": metrics.key_metric(name),
                     "unit": meta.get("unit") or "unitless",
-                    "better": _direction(v.benchmark, meta.get("unit") or "", tier, run_better),
-                    "param_names": list(meta.get("param_names") or []),
+                    "better": d.better,
+                    "better_why": d.why,
+                    "executor": "simulated" if "simulated" in cls.lower() else None,
+                    "param_names": param_names,
+                    "axes": [metrics.scenario_axis(n) for n in param_names],
                     "_series": {},
                 }
-                method = v.benchmark.rsplit(".", 1)[-1]
-                asv_metric_names.add((tier, method.removeprefix("track_")))
-            key = (run.machine, run.env, v.params)
-            s = chart["_series"].setdefault(
-                key,
-                {"machine": run.machine, "env": run.env, "params": list(v.params), "points": []},
-            )
+                asv_metrics[tier].add(name)
+            shown = tuple(param_value(p) for p in v.params)
+            key = (run.machine, run.env, shown)
+            s = chart["_series"].get(key)
+            if s is None:
+                s = chart["_series"][key] = {
+                    "machine": run.machine,
+                    "env": run.env,
+                    "params": list(shown),
+                    "scenario": dict(zip(chart["axes"], shown, strict=False)),
+                    "band": None,
+                    "points": [],
+                }
+            s["band"] = s["band"] or v.band
             s["points"].append([index[run.commit], v.value, v.ci_low, v.ci_high])
 
     for rf in loaded.run_files:
         for name, m in rf.data["metrics"].items():
-            if (rf.tier, name) in asv_metric_names:
+            if _shown_by_asv(name, asv_metrics.get(rf.tier, set())):
                 continue  # the asv chart of the same metric already shows it
-            value = m.get("value")
-            if isinstance(value, bool) or not isinstance(value, int | float):
+            value = _finite(m.get("value"))
+            if value is None:  # absent / null / NaN: not measured, never 0
                 continue
             cid = f"run:{rf.tier}/{name}"
             chart = charts.get(cid)
             if chart is None:
+                d = metrics.direction(name, m.get("better"))
                 chart = charts[cid] = {
                     "id": cid,
                     "tier": rf.tier,
                     "source": "run file",
                     "benchmark": f"results/runs/*/{rf.tier}/*.json",
+                    "group": "run files",
                     "title": name,
+                    "metric": name,
+                    "key": metrics.key_metric(name),
                     "unit": str(m.get("unit") or "unitless"),
-                    "better": m.get("better", "none"),
+                    "better": d.better,
+                    "better_why": d.why,
+                    "executor": None,
                     "param_names": ["run"],
+                    "axes": ["run"],
                     "_series": {},
                 }
+            if m.get("executor") == "simulated" or rf.data.get("executor") == "simulated":
+                chart["executor"] = "simulated"
             key = (rf.host, "run file", (rf.name,))  # one series per run (scenario) and host
             s = chart["_series"].setdefault(
-                key, {"machine": rf.host, "env": "run file", "params": [rf.name], "points": []}
+                key,
+                {
+                    "machine": rf.host,
+                    "env": "run file",
+                    "params": [rf.name],
+                    "scenario": {"run": rf.name},
+                    "band": None,
+                    "points": [],
+                },
             )
-            s["points"].append([index[rf.commit], float(value), None, None])
+            lo, hi, band = _run_band(m)
+            s["band"] = s["band"] or band
+            s["points"].append([index[rf.commit], value, lo, hi])
 
     out_charts = []
     for chart in sorted(charts.values(), key=lambda c: (c["tier"], c["source"] != "asv", c["id"])):
@@ -212,8 +240,15 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
         chart["series"] = series
         out_charts.append(chart)
 
+    axes: dict[str, set[str]] = defaultdict(set)
+    for c in out_charts:
+        if c["source"] == "asv":
+            for s in c["series"]:
+                for k, v in s["scenario"].items():
+                    axes[k].add(v)
     machines = sorted({s["machine"] for c in out_charts for s in c["series"]})
     envs = sorted({s["env"] for c in out_charts for s in c["series"]})
+    unknown = sorted({c["metric"] for c in out_charts if c["better"] == "unknown"})
     return {
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commits": commits,
@@ -221,9 +256,59 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
         "machines": machines,
         "envs": envs,
         "tiers": sorted({c["tier"] for c in out_charts}),
+        "scenario_axes": {k: sorted(v, key=_natural) for k, v in sorted(axes.items())},
+        "key_metrics": [{"key": k, "heading": h} for k, h, _ in metrics.KEY_METRICS],
+        "unknown_directions": unknown,
         "charts": out_charts,
         "problems": problems,
     }
+
+
+def _natural(s: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(s), s)
+    except ValueError:
+        return (1, 0.0, s)
+
+
+def param_value(text: str) -> str:
+    """asv stores parameter values as their repr ("'on'", "4"): show them without the quotes."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+    return str(value) if isinstance(value, str | int | float | bool) else text
+
+
+def _finite(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def _run_band(m: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+    """A run-file metric's spread, if the tier recorded one (interval, or per-seed samples)."""
+    for lo_key, hi_key in (("ci_low", "ci_high"), ("lo", "hi")):
+        lo, hi = _finite(m.get(lo_key)), _finite(m.get(hi_key))
+        if lo is not None and hi is not None:
+            return lo, hi, "interval"
+    interval = m.get("interval") or m.get("ci")
+    if isinstance(interval, list | tuple) and len(interval) == 2:
+        lo, hi = _finite(interval[0]), _finite(interval[1])
+        if lo is not None and hi is not None:
+            return lo, hi, "interval"
+    samples = m.get("samples") or m.get("per_seed")
+    if isinstance(samples, list):
+        finite = [x for x in (_finite(v) for v in samples) if x is not None]
+        if len(finite) >= 2:
+            return min(finite), max(finite), "sample range"
+    return None, None, None
+
+
+def _shown_by_asv(name: str, asv_names: set[str]) -> bool:
+    if name in asv_names or name.removesuffix("_count") in asv_names:
+        return True
+    return any(name.startswith(a + "_") for a in asv_names)
 
 
 def default_pair(model: dict[str, Any]) -> tuple[int, int] | None:

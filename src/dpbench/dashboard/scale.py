@@ -111,3 +111,29 @@ def synthesise(
             rec.setdefault("sglang", {})["commit"] = sha
             write_json(dest / "runs" / sha / run.parent.name / run.name, rec)
     return {"commits": commits, "benchmarks": len(out_meta) - 1, "real_files": len(real)}
+
+
+def inject_step(results: Path, benchmark: str, from_commit: int, factor: float) -> list[str]:
+    """SYNTHETIC: multiply ``benchmark``'s values (and bands) by ``factor`` on the commits of a
+    :func:`synthesise`d tree from the ``from_commit``-th (0-based, date order) on.
+
+    Only for testing that a step shows up on the regressions page with its commit range;
+    returns the shas in date order.
+    """
+    paths = [f for f in (Path(results) / MACHINE).glob("*.json") if f.name != "machine.json"]
+    loaded = sorted(((json.loads(p.read_text()), p) for p in paths), key=lambda d: d[0]["date"])
+    shas = []
+    for i, (data, path) in enumerate(loaded):
+        shas.append(data["commit_hash"])
+        if i < from_commit:
+            continue
+        row = data["results"].get(benchmark)
+        if row is None:
+            raise ScaleInputError(f"{benchmark} has no result on synthetic commit {i}")
+        cols = data["result_columns"]
+        for name in ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75"):
+            j = cols.index(name)
+            if j < len(row) and isinstance(row[j], list):
+                row[j] = [v * factor if isinstance(v, int | float) else v for v in row[j]]
+        write_json(path, data)
+    return shas

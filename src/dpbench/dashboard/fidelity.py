@@ -1,0 +1,72 @@
+"""Fidelity: the twin beside the simulated-forward server on the same scenario, per commit.
+
+The simulated-forward server (an asv class in ``benchmarks/server.py`` whose name
+contains "Simulated"; every number marked ``executor: simulated``) runs SGLang's real
+server processes with only the model forward replaced by the cost model; the twin runs
+SGLang's real adder and delayer in lockstep ranks. Where both measured the same metric
+on the same scenario (common parameters equal, ``workload`` read as ``spec``) on a
+commit, the two values go side by side, with the twin's deviation from the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Metric names that differ between the tiers for the same quantity: server name → twin name.
+SAME_METRIC = {"request_throughput_per_s": "request_throughput"}
+
+
+def _name(chart: dict[str, Any]) -> str:
+    return SAME_METRIC.get(chart["metric"], chart["metric"])
+
+
+def _same_scenario(a: dict[str, str], b: dict[str, str]) -> bool:
+    common = set(a) & set(b)
+    return bool(common) and all(a[k] == b[k] for k in common)
+
+
+def pairs(model: dict[str, Any]) -> list[dict[str, Any]]:
+    sims = [
+        (n, c)
+        for n, c in enumerate(model["charts"])
+        if c["tier"] == "server" and c["executor"] == "simulated" and c["source"] == "asv"
+    ]
+    twins = [
+        (n, c)
+        for n, c in enumerate(model["charts"])
+        if c["tier"] == "twin" and c["source"] == "asv" and c["param_names"]
+    ]
+    out = []
+    for ns, sim in sims:
+        for nt, twin in twins:
+            if _name(sim) != _name(twin):
+                continue
+            for ks, ss in enumerate(sim["series"]):
+                for kt, ts in enumerate(twin["series"]):
+                    if ss["machine"] != ts["machine"] or not _same_scenario(
+                        ss["scenario"], ts["scenario"]
+                    ):
+                        continue
+                    sv = {p[0]: p for p in ss["points"]}
+                    rows = []
+                    for p in ts["points"]:
+                        q = sv.get(p[0])
+                        if q is None:
+                            continue
+                        dev = (p[1] - q[1]) / abs(q[1]) * 100 if q[1] != 0 else None
+                        rows.append([p[0], p[1], p[2], p[3], q[1], q[2], q[3], dev])
+                    if rows:
+                        out.append(
+                            {
+                                "metric": _name(twin),
+                                "unit": twin["unit"],
+                                "better": twin["better"],
+                                "scenario": ts["scenario"],
+                                "machine": ts["machine"],
+                                "twin": [nt, kt],
+                                "server": [ns, ks],
+                                "rows": rows,  # [commit, twin, lo, hi, server, lo, hi, dev %]
+                            }
+                        )
+    out.sort(key=lambda p: (p["metric"], sorted(p["scenario"].items())))
+    return out

@@ -1,0 +1,121 @@
+"""What each metric means for the question: its better direction, and which ones decide it.
+
+asv has no direction field: ``asv compare`` and asv's regressions page treat every
+benchmark as lower-is-better, which is right for ``time_``/``mem_``/``peakmem_``
+benchmarks and says nothing about a ``track_``. Here every metric gets a direction
+from ONE table (:data:`DIRECTIONS`), matched on the metric's name (the benchmark
+method without its ``track_``/``time_`` prefix, or a run file's metric name):
+
+- ``higher`` / ``lower``: which way is better;
+- ``none``: deliberately no direction (a code, a descriptive count), with the reason;
+- ``unknown``: no row matched. Such a metric is flagged on every page ("direction
+  unknown") and never counted as better or worse: add a row here instead of guessing.
+
+A run file's own ``better`` field is used only for a name this table does not know.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ASV_LOWER_PREFIXES = ("time_", "mem_", "peakmem_")  # asv's own convention: smaller is better
+
+
+@dataclass(frozen=True)
+class Direction:
+    better: str  # "higher" | "lower" | "none" | "unknown"
+    why: str
+
+
+# (pattern on the metric name, better, why). First match wins; keep specific rows first.
+DIRECTIONS: tuple[tuple[str, str, str], ...] = (
+    (r"^placement_code$", "none", "a category (early / post-kv / …), not a quantity"),
+    (r"^pr31835_conforming_cases", "higher", "cases that behave as PR #31835 states"),
+    (r"^chunked_negotiates", "higher", "PR #31835 makes add_chunked_req negotiate"),
+    (r"^kv_exits_before_negotiation", "none", "describes the placement; no better value"),
+    (r"false_prefillable_report", "lower", "a rank said 'prefillable', then prefilled nothing"),
+    (r"false_report", "lower", "DP-mixed steps caused by a false prefillable report"),
+    (r"dp_mixed|mixed_step|mixed_fraction", "lower", "DP-mixed forwards slow the decoding ranks"),
+    (r"decode.*beside|beside.*prefill", "lower", "decode-rank time spent waiting on a prefill"),
+    (
+        r"delay_(passes|verdict|fraction|count)|delayer_delay",
+        "none",
+        "how often the delayer delays: a mechanism, not an outcome",
+    ),
+    (r"delayer_outcomes|outcomes", "none", "a count of delayer decisions, not an outcome"),
+    (r"ttft_error|error_ms", "lower", "the load client's timing error"),
+    (r"errors?$|errors?_", "lower", "failed requests"),
+    (r"ttft|itl|tpot|e2e|latency", "lower", "a latency"),
+    (r"retraction", "lower", "requests retracted for lack of KV"),
+    (r"kv_(utilization|token_usage)", "none", "set by the workload's KV target; descriptive"),
+    (
+        r"throughput|tokens_per_s|tok_per_s|req_per_s|request_rate|goodput|per_s$",
+        "higher",
+        "a rate",
+    ),
+    (r"tflops|gbps|bandwidth|flop_fraction|bw_fraction", "higher", "achieved rate vs ceiling"),
+    (r"wall_time|_us_|_ms_|_ms$|_us$|_s$|seconds", "lower", "a duration"),
+)
+_COMPILED = tuple((re.compile(p), b, w) for p, b, w in DIRECTIONS)
+
+
+def metric_name(benchmark: str) -> str:
+    """``twin.TwinHighKV.track_ttft_ms_p99`` → ``ttft_ms_p99``; a run-file name is returned as is."""
+    method = benchmark.rsplit(".", 1)[-1]
+    for prefix in ("track_", "time_", "mem_", "peakmem_"):
+        if method.startswith(prefix):
+            return method.removeprefix(prefix)
+    return method
+
+
+def direction(benchmark: str, declared: str | None = None) -> Direction:
+    """The better direction of an asv benchmark (full name) or run-file metric (bare name)."""
+    method = benchmark.rsplit(".", 1)[-1]
+    if method.startswith(ASV_LOWER_PREFIXES):
+        return Direction("lower", "asv time/memory benchmark: smaller is better")
+    name = metric_name(benchmark)
+    for pattern, better, why in _COMPILED:
+        if pattern.search(name):
+            return Direction(better, why)
+    if declared in ("higher", "lower"):
+        return Direction(declared, "declared by the tier's run file")
+    return Direction("unknown", "not in dpbench.dashboard.metrics.DIRECTIONS")
+
+
+# The metrics that decide the question, in the order the summary shows them:
+# (column key, heading, pattern on the metric name). First matching metric per tier wins.
+KEY_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("placement", "placement", r"^placement_code$"),
+    ("false_reports", "false prefillable reports", r"^false_prefillable_reports"),
+    ("mixed", "DP-mixed fraction", r"dp_mixed_step_fraction|dp_mixed_fraction"),
+    ("decode_beside", "decode-rank s beside prefill", r"decode.*beside|beside.*prefill"),
+    ("delay", "delay verdicts", r"delay_(fraction|passes|verdict)|delayer_delay"),
+    ("ttft_p50", "TTFT p50", r"^ttft.*p50"),
+    ("ttft_p99", "TTFT p99", r"^ttft.*p99"),
+    ("throughput", "throughput", r"request_throughput|^req_per_s|^requests_per_s"),
+)
+_KEY_COMPILED = tuple((k, h, re.compile(p)) for k, h, p in KEY_METRICS)
+
+
+def key_metric(name: str) -> str | None:
+    """The summary column a metric name fills, or None."""
+    for key, _heading, pattern in _KEY_COMPILED:
+        if pattern.search(name):
+            return key
+    return None
+
+
+# Parameter names that mean the same scenario axis across tiers (server: workload = twin: spec).
+PARAM_ALIASES = {"workload": "spec", "dp": "dp_size", "chunk": "chunked_prefill_size"}
+CONTROL_VALUES = {"off", "false", "0", "none"}
+
+
+def scenario_axis(param_name: str) -> str:
+    return PARAM_ALIASES.get(param_name, param_name)
+
+
+def is_control(scenario: dict[str, str]) -> bool:
+    """Delayer off: the placement of the negotiation cannot matter, so these rows are the control."""
+    value = scenario.get("delayer")
+    return value is not None and value.strip().lower() in CONTROL_VALUES
