@@ -25,20 +25,19 @@ def require_cuda(n: int = 1) -> int:
 
 
 def require_sglang(components: tuple[str, ...] = ("adder", "delayer")) -> dict[str, Any]:
-    """The installed SGLang's version/commit/API generation; skip with what differs if unsupported.
+    """The installed SGLang's provenance (``{"sglang", "placement"}``); skip with the one-line difference if unsupported.
 
-    ``components`` names what the benchmark drives (see ``detect.COMPONENTS``): a release
-    whose delayer changed can still run benchmarks that only drive the adder.
+    ``components`` names what the benchmark drives (see ``generations.COMPONENTS``): a
+    release whose delayer changed can still run benchmarks that only drive the adder. An
+    SGLang whose scheduler does not import is reported by detection as unsupported (its
+    message names the import error); any other error propagates and fails the benchmark.
     """
+    from dpbench.sglang_compat.detect import UnsupportedSGLang
+    from dpbench.sglang_compat.provenance import provenance
+
     try:
-        import dpbench.sglang_compat.detect as detect
-    except ImportError as exc:
-        raise NotImplementedError(f"dpbench.sglang_compat unavailable: {exc}") from exc
-    try:
-        return detect.sglang_info(components=components)
-    except ImportError as exc:
-        raise NotImplementedError(f"SGLang is not importable here: {exc}") from exc
-    except detect.UnsupportedSGLang as exc:
+        return provenance(components)
+    except UnsupportedSGLang as exc:
         raise NotImplementedError(str(exc)) from exc
 
 
@@ -67,3 +66,12 @@ def metric(result: dict[str, Any], name: str) -> float:
         raise KeyError(
             f"metric {name!r} not in run result; has {sorted(result.get('metrics', {}))}"
         ) from None
+
+
+def optional_metric(result: dict[str, Any], name: str) -> float:
+    """A metric the run result may leave out because it was not measured: NaN (asv: no value) then.
+
+    The run result's ``notes`` say why (e.g. "static analysis: unknown (…)").
+    """
+    found = result.get("metrics", {}).get(name)
+    return float("nan") if found is None else found["value"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import metric, save_run
+from .common import metric, optional_metric, save_run
 
 
 class Placement:
@@ -15,12 +15,14 @@ class Placement:
     """
 
     timeout = 300  # first SGLang import + five admission cases: ~20-40 s on 2 cores
-    version = "placement-1"
+    version = "placement-2"  # metrics not measured are NaN (absent), never 0
 
     def setup_cache(self) -> dict[str, Any]:
+        from dpbench.faults import inject_if_requested
         from dpbench.placement.probe import build_result
         from dpbench.sglang_compat.detect import UnsupportedSGLang
 
+        inject_if_requested("placement")
         try:
             result = build_result()
         except UnsupportedSGLang as exc:
@@ -40,21 +42,21 @@ class Placement:
     track_placement_code.unit = "code (0 unknown, 1 early, 2 post-kv, 3 absent)"
 
     def track_kv_exits_before_negotiation(self, result: dict[str, Any]) -> float:
-        return metric(result, "kv_exits_before_negotiation")
+        return optional_metric(result, "kv_exits_before_negotiation")
 
     track_kv_exits_before_negotiation.unit = "exits"
 
     def track_false_prefillable_reports(self, result: dict[str, Any]) -> float:
-        return metric(result, "false_prefillable_reports")
+        return optional_metric(result, "false_prefillable_reports")
 
     track_false_prefillable_reports.unit = "reports"
 
     def track_chunked_negotiates(self, result: dict[str, Any]) -> float:
-        return metric(result, "chunked_negotiates")
+        return optional_metric(result, "chunked_negotiates")
 
     track_chunked_negotiates.unit = "bool (0/1)"
 
     def track_pr31835_conforming_cases(self, result: dict[str, Any]) -> float:
-        return metric(result, "pr31835_conforming_cases")
+        return optional_metric(result, "pr31835_conforming_cases")
 
     track_pr31835_conforming_cases.unit = "cases of 5"

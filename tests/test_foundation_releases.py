@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
-from dpbench import releases
+from dpbench import mainjob, releases
 from dpbench.envs.pins import GPU_ONLY, cpu_requirements
 from dpbench.envs.venv import wheel_path
 
 
-def test_history_is_ordered_dated_and_reproducible(tmp_path):
-    rows = releases.build(["0.5.23", "0.5.16"], tmp_path / "a")  # given out of order
-    assert [v for v, _ in rows] == ["0.5.16", "0.5.23"]
+def test_history_holds_every_known_release_with_stable_hashes(tmp_path):
+    rows = releases.build((), tmp_path / "a")
+    assert [v for v, _ in rows] == list(releases.KNOWN_VERSIONS)
+    assert rows[0][0] == "0.5.14" and rows[-1][0] == "0.5.23"
     hist = releases.read_history(tmp_path / "a")
-    assert [h["version"] for h in hist] == ["0.5.16", "0.5.23"]
+    assert [h["version"] for h in hist] == list(releases.KNOWN_VERSIONS)
+    dates = {h["version"]: h["date"] for h in hist}
     # dated by the wheels' build times (sglang-facts.md: 2026-07-25 and 2026-10-30)
-    assert hist[0]["date"].startswith("2026-07-25")
-    assert hist[1]["date"].startswith("2026-10-30")
-    again = releases.build(["0.5.16", "0.5.23"], tmp_path / "b")
+    assert dates["0.5.16"].startswith("2026-07-25")
+    assert dates["0.5.23"].startswith("2026-10-30")
+    again = releases.build((), tmp_path / "b")
     assert again == rows, (
         "same releases must give the same commit hashes (asv keys results by them)"
     )
+    # asking for known releases changes nothing: which commits run is the main job's choice
+    assert releases.build(["0.5.23", "0.5.16"], tmp_path / "c") == rows
     msg = subprocess.run(
         ["git", "-C", str(tmp_path / "a"), "log", "-1", "--format=%s"],
         capture_output=True,
@@ -32,18 +37,53 @@ def test_history_is_ordered_dated_and_reproducible(tmp_path):
     assert msg == "sglang 0.5.23"
 
 
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.17", "0.5.23"])
+def test_recorded_releases_match_their_real_wheels(version):
+    """The table's wheel name, sha256 and build time are the PyPI wheel's (the test environments' wheels)."""
+    known = {r.version: r for r in releases.KNOWN_RELEASES}
+    assert releases.describe(version) == known[version]
+
+
 @pytest.mark.parametrize(
     "bad, needle",
     [
         (["0.5.x"], "'0.5.x' is not a version"),
-        (["0.5.16", "0.5.16"], "duplicate"),
-        ([], "no versions"),
+        (["0.5.24", "0.5.24"], "duplicate"),
+        (["0.5.15.post1"], "not newer than 0.5.23: inserting it would change every later commit"),
     ],
 )
 def test_bad_versions_are_refused_clearly(tmp_path, bad, needle):
     with pytest.raises(releases.ReleasesError, match=needle):
         releases.build(bad, tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_main_job_runs_heavier_tiers_on_first_early_first_post_kv_and_newest(tmp_path):
+    rows = [(f"0.5.{n}", f"c{n}") for n in range(14, 24)]
+    labels = {c: ("early" if int(c[1:]) < 17 else "post-kv") for _, c in rows}
+    labels.pop("c15")  # a release whose placement run failed has no label
+    runs = tmp_path / "runs"
+    for sha, label in labels.items():
+        path = runs / sha / "placement" / "placement.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"placement": {"label": label}}))
+    read = mainjob.placement_labels(tmp_path, [c for _, c in rows])
+    assert read == labels
+    assert mainjob.choose_heavy(rows, read) == [
+        ("0.5.14", "c14", "first early"),
+        ("0.5.17", "c17", "first post-kv"),
+        ("0.5.23", "c23", "newest"),
+    ]
+    # no early release among those selected: the first post-kv and the newest
+    assert [v for v, _, _ in mainjob.choose_heavy(rows[3:], read)] == ["0.5.17", "0.5.23"]
+    assert mainjob.choose_heavy(rows[-1:], read) == [("0.5.23", "c23", "first post-kv")]
+
+
+def test_asv_failure_lines_name_the_benchmark():
+    line = "[ 75.00%] ··· placement.Placement.track_placement_code                      failed\n"
+    assert mainjob.FAILED_LINE.search(line).group(1) == "placement.Placement.track_placement_code"
+    ok = "[ 75.00%] ··· placement.Placement.track_placement_code                      2.0\n"
+    assert mainjob.FAILED_LINE.search(ok) is None
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,30 @@
 """`dpbench bench` (what `make bench` runs): the CPU tiers over SGLang releases, published.
 
-Builds the release history, runs asv over it, publishes asv's site and the dpbench
-dashboard, and says where everything is. Every step is an ordinary command a user
-could run by hand; this only strings them together with progress.
+Builds the release history (every known release, :mod:`dpbench.releases`), then chooses
+what to run on which commit:
+
+1. the placement tier over every selected release;
+2. the heavier tiers (the twin, and the simulated-forward server: ``server.*Simulated*``)
+   over three of them, chosen from step 1's own results: the first release labelled
+   ``early``, the first labelled ``post-kv``, and the newest.
+
+``--bench REGEX`` replaces that plan by one asv run of REGEX over every selected release.
+Then it publishes asv's site and the dpbench dashboard, and says where everything is.
+A failed benchmark never costs the others their results: everything is published
+first, then the job exits non-zero naming each failed benchmark. Every step is an
+ordinary command a user could run by hand; this only strings them together.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,10 +36,13 @@ from dpbench import releases
 from dpbench.paths import project_root
 from dpbench.procs import alive, descendants
 
-# The embedded default: the CPU tiers that depend on SGLang. Kernel and server benchmarks
-# skip without GPUs anyway; the workload benchmarks measure dpbench itself, not SGLang, so
-# they need one commit only: `asv run --config asv.releases.json -b workloads HEAD^!`.
-DEFAULT_BENCH = r"^(placement|twin)\."
+# The embedded default plan. Kernel and GPU-server benchmarks skip without GPUs anyway; the
+# workload benchmarks measure dpbench itself, not SGLang, so they need one commit only:
+# `asv run --config asv.releases.json -b workloads HEAD^!`.
+PLACEMENT_BENCH = r"^placement\."
+HEAVY_BENCH = r"^(twin\.|server\.\w*Simulated)"
+# asv's line for a benchmark that failed: "[ 50.00%] ··· placement.Placement.track_x   failed"
+FAILED_LINE = re.compile(r"···\s+([A-Za-z_][\w.]*)\s.*\bfailed\s*$")
 
 console = Console(stderr=True)
 
@@ -44,19 +59,24 @@ def _run(
     check: bool = True,
     quiet: bool = False,
     drop: re.Pattern[str] | None = None,
+    watch: list[str] | None = None,
 ) -> int:
     """Run a step in its own process group, streaming its output; reap it on Ctrl-C.
 
-    ``quiet`` discards its stdout; ``drop`` filters out the stdout lines it matches.
+    ``quiet`` discards its stdout; ``drop`` filters out the stdout lines it matches;
+    ``watch`` collects the names of benchmarks asv reports as failed.
     """
     console.print(f"[bold cyan]$[/] {' '.join(cmd)}")
-    out = subprocess.DEVNULL if quiet else (subprocess.PIPE if drop else None)
-    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, stdout=out, text=drop is not None)
+    piped = drop is not None or watch is not None
+    out = subprocess.DEVNULL if quiet else (subprocess.PIPE if piped else None)
+    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, stdout=out, text=piped)
     try:
-        if drop is not None:
+        if piped:
             assert proc.stdout is not None
             for line in proc.stdout:
-                if not drop.search(line):
+                if watch is not None and (m := FAILED_LINE.search(line)):
+                    watch.append(m.group(1))
+                if drop is None or not drop.search(line):
                     sys.stdout.write(line)
                     sys.stdout.flush()
         rc = proc.wait()
@@ -98,52 +118,149 @@ def _sigterm_to_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+def placement_labels(results: Path, commits: list[str]) -> dict[str, str]:
+    """commit → the placement label its placement run file records (commits without one are left out)."""
+    found: dict[str, str] = {}
+    for sha in commits:
+        path = results / "runs" / sha / "placement" / "placement.json"
+        if path.is_file():
+            label = (json.loads(path.read_text()).get("placement") or {}).get("label")
+            if label:
+                found[sha] = label
+    return found
+
+
+def choose_heavy(rows: list[tuple[str, str]], labels: dict[str, str]) -> list[tuple[str, str, str]]:
+    """[(version, commit, why)]: the first ``early``, the first ``post-kv`` and the newest release of ``rows``."""
+    chosen: dict[str, tuple[str, str, str]] = {}
+    for want in ("early", "post-kv"):
+        hit = next(((v, c) for v, c in rows if labels.get(c) == want), None)
+        if hit is not None:
+            chosen.setdefault(hit[1], (*hit, f"first {want}"))
+    if rows:
+        v, c = rows[-1]
+        chosen.setdefault(c, (v, c, "newest"))
+    return sorted(chosen.values(), key=lambda t: [c for _, c in rows].index(t[1]))
+
+
+def _asv_run(
+    asv: list[str],
+    conf: list[str],
+    bench: str,
+    commits: list[str],
+    *,
+    root: Path,
+    rerun: bool,
+    failed: list[str],
+) -> int:
+    """One ``asv run`` of ``bench`` over ``commits`` (a HASHFILE); failed benchmark names go to ``failed``."""
+    with tempfile.NamedTemporaryFile("w", suffix=".hashes", delete=False) as fh:
+        fh.write("\n".join(commits) + "\n")
+        hashfile = fh.name
+    run = [*asv, "run", *conf, "--show-stderr", "--bench", bench, "--launch-method", "spawn"]
+    if not rerun:
+        run.append("--skip-existing-successful")  # failed ones are retried
+    try:
+        return _run([*run, f"HASHFILE:{hashfile}"], cwd=root, check=False, watch=failed)
+    finally:
+        os.unlink(hashfile)
+
+
+_VERSIONS_HELP = (
+    "SGLang releases to benchmark (default: every known release, "
+    + " ".join(releases.KNOWN_VERSIONS)
+    + "); a release newer than those is appended to the history"
+)
+
+
 def bench_command(
     versions: list[str] = typer.Argument(
-        None, help="SGLang releases (default: 0.5.16 0.5.17 0.5.23)"
+        None,
+        help=_VERSIONS_HELP,
     ),
-    bench: str = typer.Option(DEFAULT_BENCH, "--bench", "-b", help="asv benchmark regex"),
+    bench: str = typer.Option(
+        None,
+        "--bench",
+        "-b",
+        help="asv benchmark regex run over every selected release, instead of the default plan "
+        "(placement everywhere; twin and simulated server on the first early, first post-kv, newest)",
+    ),
     rerun: bool = typer.Option(False, help="re-run benchmarks that already have results"),
+    config: Path = typer.Option(
+        None,
+        help="asv config (default: asv.releases.json); its 'repo' is where the history is built",
+    ),
 ) -> None:
     """The main job: asv over SGLang releases (CPU tiers), then asv's site and the dashboard."""
+    from asv.util import load_json
+
     # `kill` (or a CI timeout) must stop asv and its benchmarks too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, _sigterm_to_exit)
     root = project_root()
     asv = [sys.executable, "-m", "asv"]
-    conf = ["--config", str(root / "asv.releases.json")]
+    config = (config or root / "asv.releases.json").resolve()
+    conf_data = load_json(str(config), js_comments=True)
+    history = (config.parent / conf_data["repo"]).resolve()
+    results_root = (config.parent / conf_data.get("results_dir", "results")).resolve()
+    html_dir = (config.parent / conf_data.get("html_dir", "html")).resolve()
+    conf = ["--config", str(config)]
     t0 = time.monotonic()
-    with console.status("building the SGLang release history (downloads wheels once)"):
-        rows = releases.build(versions or releases.DEFAULT_RELEASES)
+    asked = versions or list(releases.KNOWN_VERSIONS)
+    try:
+        with console.status("building the SGLang release history"):
+            rows = releases.build([v for v in asked if v not in releases.KNOWN_VERSIONS], history)
+    except releases.ReleasesError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    unknown = [v for v in asked if v not in {r for r, _ in rows}]
+    if unknown:
+        raise typer.BadParameter(f"not in the release history: {unknown}")
+    selected = [(v, c) for v, c in rows if v in set(asked)]
     console.print("release history: " + ", ".join(f"{v} ({sha[:8]})" for v, sha in rows))
     _run(
         [*asv, "machine", "--yes", *conf], cwd=root, quiet=True
     )  # its questionnaire, answered by defaults
-    run = [*asv, "run", *conf, "--show-stderr", "--bench", bench, "--launch-method", "spawn"]
-    if not rerun:
-        run.append("--skip-existing-successful")  # failed ones are retried
-    # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
-    run_rc = _run([*run, "ALL"], cwd=root, check=False)
-    _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
-    site = None
-    try:
-        from dpbench.dashboard import build as dashboard_build
-    except ImportError:
-        console.print("[yellow]dashboard builder not available; asv's site only[/]")
+    failed: list[str] = []
+    rcs: list[int] = []
+    commits = [c for _, c in selected]
+    if bench:
+        rcs.append(_asv_run(asv, conf, bench, commits, root=root, rerun=rerun, failed=failed))
     else:
-        site = dashboard_build.build_site(results=root / "results", out=root / "dashboard" / "site")
+        console.print(f"[bold]placement tier[/] over {len(commits)} release(s)")
+        rcs.append(
+            _asv_run(asv, conf, PLACEMENT_BENCH, commits, root=root, rerun=rerun, failed=failed)
+        )
+        heavy = choose_heavy(selected, placement_labels(results_root, commits))
+        console.print(
+            "[bold]twin and simulated-forward server[/] over "
+            + ", ".join(f"{v} ({why})" for v, _, why in heavy)
+        )
+        rcs.append(
+            _asv_run(
+                asv,
+                conf,
+                HEAVY_BENCH,
+                [c for _, c, _ in heavy],
+                root=root,
+                rerun=rerun,
+                failed=failed,
+            )
+        )
+    # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
+    _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
+    from dpbench.dashboard import build as dashboard_build
+
+    site = dashboard_build.build_site(results=results_root, out=root / "dashboard" / "site")
     elapsed = time.monotonic() - t0
     console.print(f"\n[bold green]done[/] in {elapsed / 60:.1f} min")
-    print(f"results:    {root / 'results'}")
-    print(f"asv site:   {root / 'dashboard' / 'html' / 'index.html'}")
-    if site is not None:
-        print(f"dashboard:  {site}")
-    if len(rows) > 1:
-        print(
-            f"compare:    .venv/bin/asv compare --config asv.releases.json {rows[0][1][:8]} {rows[1][1][:8]}"
-        )
-        print(f"            .venv/bin/dpbench compare {rows[0][0]} {rows[1][0]}")
-    if run_rc != 0:
-        console.print(
-            f"[bold red]asv run exited with status {run_rc}: some benchmarks failed (see above)[/]"
-        )
-        raise typer.Exit(run_rc)
+    print(f"results:    {results_root}")
+    print(f"asv site:   {html_dir / 'index.html'}")
+    print(f"dashboard:  {site}")
+    if len(selected) > 1:
+        a, b = selected[0], selected[1]
+        print(f"compare:    .venv/bin/asv compare --config {config.name} {a[1][:8]} {b[1][:8]}")
+        print(f"            .venv/bin/dpbench compare {a[0]} {b[0]}")
+    bad = next((rc for rc in rcs if rc != 0), 0)
+    if bad or failed:
+        names = ", ".join(dict.fromkeys(failed)) or "(asv named none; see its output above)"
+        console.print(f"[bold red]failed benchmarks: {names}[/] (asv run exited with status {bad})")
+        raise typer.Exit(bad or 1)

@@ -10,16 +10,22 @@ from rich.table import Table
 
 from dpbench import releases
 
+_VERSIONS_HELP = (
+    "releases newer than the known ones to append (the history always holds every known "
+    "release: " + " ".join(releases.KNOWN_VERSIONS) + ")"
+)
+
 
 def releases_command(
     versions: list[str] = typer.Argument(
-        None, help="SGLang versions (default: 0.5.16 0.5.17 0.5.23)"
+        None,
+        help=_VERSIONS_HELP,
     ),
     repo: Path = typer.Option(None, help="where to build it (default: .cache/sglang-releases)"),
 ) -> None:
     """Build the local git history of SGLang PyPI releases that asv.releases.json runs over."""
     try:
-        rows = releases.build(versions or releases.DEFAULT_RELEASES, repo)
+        rows = releases.build(versions or (), repo)
     except releases.ReleasesError as exc:
         raise typer.BadParameter(str(exc)) from exc
     table = Table(title=f"SGLang release history at {repo or releases.default_repo()}")

@@ -6,9 +6,26 @@ openai, … versions), so every release gets its own virtual environment under
 a CPU-only machine is installed once into ``.cache/torch-<version>/`` and linked into
 each environment with a ``.pth`` file (its site-packages come first, so a release's own
 pins win); that saves ~5.5 GB and a minute per environment.
+
+The one way to run something in a release environment (every tier uses it; do not
+start release interpreters by hand): ``run_in_env(version, module, args, *, timeout,
+env=None, on_line=None) -> CompletedProcess`` (:mod:`.run`): ``python -m module`` from
+the project root in its own process group, reaped on timeout / error / Ctrl-C;
+``on_line`` streams stdout lines. ``release_python(version)`` and ``child_env()`` are
+for the one caller that must own the process itself (a server launched with its own
+lifetime management).
 """
 
 from dpbench.envs.pins import TORCH_PAIR, cpu_requirements
-from dpbench.envs.venv import ReleaseEnv, ensure_env, run_in_env
+from dpbench.envs.run import child_env, release_python, run_in_env
+from dpbench.envs.venv import ReleaseEnv, ensure_env
 
-__all__ = ["TORCH_PAIR", "ReleaseEnv", "cpu_requirements", "ensure_env", "run_in_env"]
+__all__ = [
+    "TORCH_PAIR",
+    "ReleaseEnv",
+    "child_env",
+    "cpu_requirements",
+    "ensure_env",
+    "release_python",
+    "run_in_env",
+]

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,28 +235,6 @@ def _base_python() -> str:
             return proc.stdout.strip()
     raise EnvError(
         f"SGLang's wheels are built for CPython 3.11; found {sys.version.split()[0]} and no python3.11"
-    )
-
-
-def run_in_env(
-    version: str,
-    module: str,
-    args: Sequence[str] = (),
-    *,
-    timeout: float = 600,
-    env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m module args`` inside SGLang ``version``'s environment; the child is reaped on timeout."""
-    rel = ensure_env(version)
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    full_env.pop("VIRTUAL_ENV", None)
-    return subprocess.run(
-        [str(rel.python), "-m", module, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-        cwd=project_root(),
     )
 
 

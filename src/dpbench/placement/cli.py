@@ -14,15 +14,15 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-DEFAULT_RELEASES = ["0.5.16", "0.5.17", "0.5.23"]
-
 
 @app.command()
 def show(
     sglang: Annotated[
         list[str] | None,
         typer.Option(
-            "--sglang", help="SGLang release(s) to probe, each in its own environment (repeatable)"
+            "--sglang",
+            help="SGLang release(s) to probe, each in its own environment (repeatable; "
+            "default: every known release)",
         ),
     ] = None,
     as_json: Annotated[
@@ -40,12 +40,13 @@ def show(
     from dpbench.placement.probe import EXIT_UNSUPPORTED
     from dpbench.placement.table import cases, summary
     from dpbench.progress import console
+    from dpbench.releases import KNOWN_VERSIONS
 
     err = console()
     out = Console()
     found: list[dict] = []
     failed = False
-    for version in sglang or DEFAULT_RELEASES:
+    for version in sglang or KNOWN_VERSIONS:
         with err.status(
             f"SGLang {version}: preparing its environment and probing (first import ~10 s)"
         ):
