@@ -16,51 +16,72 @@ SpecName = Literal[
     "long-prompt-burst", "agentic-multiturn", "long-context-chat"
 ]  # target_kv_util ≥ 0.85
 DpSize = Literal[2, 4, 8]
+ChunkedPrefill = Literal[
+    "default", "2x"
+]  # global --chunked-prefill-size: SGLang's H200 8192, and 16384
 DelayerMode = Literal["on", "off"]
-HIGH_KV_REQUESTS = 256  # per run: 18 runs in one setup_cache on a 2-core CPU runner
+CHUNK_SIZES = {"default": 8192, "2x": 16384}
+HIGH_KV_REQUESTS = (
+    128  # per run: 36 settings × len(SEEDS) runs in one setup_cache on a 2-core runner
+)
+SEEDS = (0, 1, 2)  # each track value is asv's median of these seeds, with asv's interval over them
 SCALE_REQUESTS = 2000
 # The twin drives the adder through detect's generations; the delayer through
 # sglang_compat.delayer, which knows more constructor shapes (0.5.19, 0.5.21) and raises
 # UnsupportedSGLang itself for an unknown one.
 TWIN_COMPONENTS = ("adder",)
+DELAYER_ONLY = {  # metrics that exist only with the delayer on (absent, not 0, without it)
+    "false_prefillable_reports_count",
+    "false_report_mixed_steps_count",
+    "delayer_delay_count",
+}
 
 
-def _key(spec: str, dp: int, delayer: str) -> str:
+def _key(spec: str, dp: int, chunk: str, delayer: str, seed: int) -> str:
     if spec not in get_args(SpecName):
         raise ValueError(f"spec must be one of {get_args(SpecName)}; found {spec!r}")
     if dp not in get_args(DpSize):
         raise ValueError(f"dp_size must be one of {get_args(DpSize)}; found {dp!r}")
+    if chunk not in CHUNK_SIZES:
+        raise ValueError(f"chunked_prefill must be one of {tuple(CHUNK_SIZES)}; found {chunk!r}")
     if delayer not in get_args(DelayerMode):
         raise ValueError(f"delayer must be one of {get_args(DelayerMode)}; found {delayer!r}")
-    return f"{spec}-dp{dp}-delayer_{delayer}"
+    return f"{spec}-dp{dp}-chunk{CHUNK_SIZES[chunk]}-delayer_{delayer}-seed{seed}"
 
 
-def _run(spec: str, dp: int, delayer: str, requests: int) -> dict[str, Any]:
-    from dataclasses import replace
-
-    from dpbench.twin.config import SchedulerSettings, TwinConfig
+def _run(
+    spec: str, dp: int, delayer: str, requests: int, *, chunk: int = 8192, seed: int | None = None
+) -> dict[str, Any]:
+    from dpbench.twin.config import build_config
     from dpbench.twin.run import run_twin
 
-    config = TwinConfig(
-        dp_size=dp,
-        scheduler=replace(SchedulerSettings(), enable_prefill_delayer=delayer == "on"),
-        record_timeline=False,
-        deadline_s=900,
+    config = build_config(
+        dp=dp, delayer=delayer == "on", chunked_prefill_size=chunk, timeline=False, deadline=900
     )
-    return run_twin(spec, config, num_requests=requests)
+    return run_twin(spec, config, num_requests=requests, seed=seed)
 
 
 class TwinHighKV:
-    """Per (spec, DP size, delayer): DP-mixed forwards, false reports, delayer verdicts, simulated TTFT/throughput."""
+    """Per (spec, DP size, chunk size, delayer), over SEEDS: DP-mixed steps, decode-rank time beside
+    prefill, false reports, delayer verdicts, simulated TTFT/throughput.
+
+    Each track returns ``{"samples": [one value per seed], "number": 1}``: asv 0.6.6 treats a
+    result with ``samples`` and ``number`` like a timing (``asv.runner`` reads it, and
+    ``asv_runner.statistics.compute_stats`` turns it into the median with a 99 % interval
+    and quartiles), so the dashboard draws the seed spread and ``asv compare`` only calls a
+    change whose intervals separate. A metric the run does not measure (the delayer's,
+    with the delayer off) is NaN: asv shows n/a, never a 0.
+    """
 
     params: ClassVar[tuple[list[Any], ...]] = (
         list(get_args(SpecName)),
         list(get_args(DpSize)),
+        list(get_args(ChunkedPrefill)),
         list(get_args(DelayerMode)),
     )
-    param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
+    param_names: ClassVar[list[str]] = ["spec", "dp_size", "chunked_prefill", "delayer"]
     timeout = 3600
-    version = "twin-high-kv-1"
+    version = "twin-high-kv-2"
 
     def setup_cache(self) -> dict[str, Any]:
         try:
@@ -70,78 +91,90 @@ class TwinHighKV:
         out: dict[str, Any] = {}
         for spec in get_args(SpecName):
             for dp in get_args(DpSize):
-                for delayer in get_args(DelayerMode):
-                    key = _key(spec, dp, delayer)
-                    try:
-                        result = _run(spec, dp, delayer, HIGH_KV_REQUESTS)
-                    except Exception as exc:
-                        out[key] = {"error": f"{type(exc).__name__}: {exc}"}
-                        continue
-                    save_run("twin", key, result)
-                    out[key] = {"metrics": result["metrics"]}
+                for chunk in get_args(ChunkedPrefill):
+                    for delayer in get_args(DelayerMode):
+                        for seed in SEEDS:
+                            key = _key(spec, dp, chunk, delayer, seed)
+                            result = _run(
+                                spec,
+                                dp,
+                                delayer,
+                                HIGH_KV_REQUESTS,
+                                chunk=CHUNK_SIZES[chunk],
+                                seed=seed,
+                            )
+                            save_run("twin", key, result)
+                            out[key] = {"metrics": result["metrics"]}
         return out
 
-    setup_cache.timeout = 3600
+    setup_cache.timeout = 7200
 
-    def setup(self, cache: dict[str, Any], spec: str, dp_size: int, delayer: str) -> None:
+    def setup(self, cache, spec, dp_size, chunked_prefill, delayer) -> None:
         if "skip" in cache:
             raise NotImplementedError(cache["skip"])
-        entry = cache.get(_key(spec, dp_size, delayer))
-        if entry is None or "error" in entry:
-            raise NotImplementedError(
-                f"twin run failed: {entry.get('error') if entry else 'missing'}"
-            )
-        self.result = entry
+        self.runs = [cache[_key(spec, dp_size, chunked_prefill, delayer, s)] for s in SEEDS]
 
-    def _m(self, name: str) -> float:
-        return metric(self.result, name)
+    def _m(self, name: str) -> Any:
+        if name in DELAYER_ONLY and any(name not in r["metrics"] for r in self.runs):
+            return float("nan")  # not measured (delayer off): absent, never 0
+        return {"samples": [float(metric(r, name)) for r in self.runs], "number": 1}
 
-    def track_dp_mixed_step_fraction(self, cache, spec, dp_size, delayer) -> float:
+    def track_dp_mixed_step_fraction(self, *p) -> Any:
         return self._m("dp_mixed_step_fraction")
 
     track_dp_mixed_step_fraction.unit = "fraction of steps"
 
-    def track_false_prefillable_reports(self, cache, spec, dp_size, delayer) -> float:
-        return self._m("false_prefillable_reports_count") if delayer == "on" else 0.0
+    def track_decode_rank_s_beside_prefill(self, *p) -> Any:
+        return self._m("decode_rank_s_beside_prefill")
+
+    track_decode_rank_s_beside_prefill.unit = "decode-rank s (simulated)"
+
+    def track_decode_rank_time_beside_prefill_fraction(self, *p) -> Any:
+        return self._m("decode_rank_time_beside_prefill_fraction")
+
+    track_decode_rank_time_beside_prefill_fraction.unit = "fraction of decode-rank time"
+
+    def track_false_prefillable_reports(self, *p) -> Any:
+        return self._m("false_prefillable_reports_count")
 
     track_false_prefillable_reports.unit = "reports"
 
-    def track_false_report_mixed_steps(self, cache, spec, dp_size, delayer) -> float:
-        return self._m("false_report_mixed_steps_count") if delayer == "on" else 0.0
+    def track_false_report_mixed_steps(self, *p) -> Any:
+        return self._m("false_report_mixed_steps_count")
 
     track_false_report_mixed_steps.unit = "steps"
 
-    def track_delay_passes(self, cache, spec, dp_size, delayer) -> float:
-        return self._m("delayer_delay_count") if delayer == "on" else 0.0
+    def track_delay_passes(self, *p) -> Any:
+        return self._m("delayer_delay_count")
 
     track_delay_passes.unit = "rank passes"
 
-    def track_ttft_ms_p50(self, cache, spec, dp_size, delayer) -> float:
+    def track_ttft_ms_p50(self, *p) -> Any:
         return self._m("ttft_ms_p50")
 
     track_ttft_ms_p50.unit = "ms (simulated)"
 
-    def track_ttft_ms_p99(self, cache, spec, dp_size, delayer) -> float:
+    def track_ttft_ms_p99(self, *p) -> Any:
         return self._m("ttft_ms_p99")
 
     track_ttft_ms_p99.unit = "ms (simulated)"
 
-    def track_output_tokens_per_s(self, cache, spec, dp_size, delayer) -> float:
+    def track_output_tokens_per_s(self, *p) -> Any:
         return self._m("output_tokens_per_s")
 
     track_output_tokens_per_s.unit = "tok/s (simulated)"
 
-    def track_request_throughput(self, cache, spec, dp_size, delayer) -> float:
+    def track_request_throughput(self, *p) -> Any:
         return self._m("request_throughput_req_per_s")
 
     track_request_throughput.unit = "req/s (simulated)"
 
-    def track_kv_utilization_max(self, cache, spec, dp_size, delayer) -> float:
+    def track_kv_utilization_max(self, *p) -> Any:
         return self._m("kv_utilization_max")
 
     track_kv_utilization_max.unit = "fraction"
 
-    def track_retractions(self, cache, spec, dp_size, delayer) -> float:
+    def track_retractions(self, *p) -> Any:
         return self._m("retractions_count")
 
     track_retractions.unit = "requests"

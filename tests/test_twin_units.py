@@ -128,6 +128,7 @@ def _rank(kind, reported=None, allowed=None, admitted=None, kv=None):
         step_end_s=np.arange(1, n + 1, dtype=np.float64),
         step_dur_s=np.ones(n, dtype=np.float64),
         loop_wall_s=1.0,
+        loop_cpu_s=0.5,
         max_prefill_bs_kind="running_max",
     )
 

@@ -7,6 +7,8 @@ from typing import Literal, get_args
 
 Dispatch = Literal["round_robin", "shortest_queue"]
 DISPATCHES: tuple[str, ...] = get_args(Dispatch)
+RankMode = Literal["processes", "threads"]
+RANK_MODES: tuple[str, ...] = get_args(RankMode)
 StepExchange = Literal["shared_memory", "gloo"]
 STEP_EXCHANGES: tuple[str, ...] = get_args(StepExchange)
 MAX_DP_SIZE = 16
@@ -126,6 +128,13 @@ class TwinConfig:
             "negotiation always uses SGLang's gloo all-gather): shared_memory (fast) or gloo"
         },
     )
+    rank_mode: RankMode = field(
+        default="processes",
+        metadata={
+            "help": "processes: one forked process per rank, the delayer over gloo; threads: ranks as threads "
+            "of one process, the delayer's collective in-process (identical numbers, faster; sweeps' default)"
+        },
+    )
     deadline_s: float = field(
         default=600.0, metadata={"help": "hard wall-clock limit for the whole run"}
     )
@@ -158,6 +167,8 @@ class TwinConfig:
             raise TwinConfigError(
                 f"step_exchange must be one of {STEP_EXCHANGES}, got {self.step_exchange!r}"
             )
+        if self.rank_mode not in RANK_MODES:
+            raise TwinConfigError(f"rank_mode must be one of {RANK_MODES}, got {self.rank_mode!r}")
         if not self.deadline_s > 0:
             raise TwinConfigError(f"deadline_s must be > 0, got {self.deadline_s}")
 
@@ -188,6 +199,7 @@ def build_config(
     hide_delayer_from_chunked_req: bool = False,
     deadline: float = 600.0,
     step_exchange: str = "shared_memory",
+    rank_mode: str = "processes",
     timeline: bool = True,
 ) -> TwinConfig:
     """The one way the CLI (``dpbench twin``) and ``python -m dpbench.twin.run`` turn flags into a config."""
@@ -210,6 +222,7 @@ def build_config(
         ),
         deadline_s=deadline,
         step_exchange=step_exchange,  # type: ignore[arg-type]
+        rank_mode=rank_mode,  # type: ignore[arg-type]
         record_timeline=timeline,
     )
 
@@ -220,6 +233,7 @@ def module_args(config: TwinConfig) -> list[str]:
     out = ["--dp", str(config.dp_size), "--dispatch", config.dispatch]
     out += ["--chunked-prefill-size", str(s.chunked_prefill_size)]
     out += ["--deadline", str(config.deadline_s), "--step-exchange", config.step_exchange]
+    out += ["--rank-mode", config.rank_mode]
     if config.tp_size is not None:
         out += ["--tp", str(config.tp_size)]
     if config.max_total_tokens_per_rank is not None:

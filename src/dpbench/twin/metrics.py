@@ -88,7 +88,7 @@ def compute(
     steps = classify_steps(results)
     counts = {name: int((steps == i).sum()) for i, name in enumerate(STEP_KINDS)}
     active = counts["extend"] + counts["decode"] + counts["mixed"]
-    mixed_fraction = counts["mixed"] / active if active else 0.0
+    mixed_fraction = counts["mixed"] / active if active else float("nan")
 
     reqs = np.array([q for r in results for q in r.requests], dtype=np.float64).reshape(-1, 6)
     arrival, first, finish, out_tokens = reqs[:, 1], reqs[:, 2], reqs[:, 3], reqs[:, 4]
@@ -99,6 +99,7 @@ def compute(
     kv_util = np.concatenate([r.kv_used.astype(np.float64) / r.kv_capacity for r in results])
     pass_us = np.concatenate([r.pass_us for r in results]).astype(np.float64)
     loop_wall = max(r.loop_wall_s for r in results)
+    loop_cpu = sum(r.loop_cpu_s for r in results)
     n_steps = results[0].steps
 
     beside_s, decode_s = decode_rank_seconds(results, steps)
@@ -117,20 +118,27 @@ def compute(
         "ttft_ms_p90": Metric(_pct(ttft_ms, 90), "ms", "lower"),
         "ttft_ms_p99": Metric(_pct(ttft_ms, 99), "ms", "lower"),
         "request_throughput_req_per_s": Metric(
-            float(done.sum()) / span if span > 0 else 0.0, "req/s", "higher"
+            float(done.sum()) / span if span > 0 else float("nan"), "req/s", "higher"
         ),
         "output_tokens_per_s": Metric(
-            float(out_tokens[done].sum()) / span if span > 0 else 0.0, "tok/s", "higher"
+            float(out_tokens[done].sum()) / span if span > 0 else float("nan"), "tok/s", "higher"
         ),
         "simulated_duration_s": Metric(span, "s", "none"),
         "requests_finished_count": Metric(int(done.sum()), "requests", "none"),
         "kv_utilization_p50": Metric(_pct(kv_util, 50), "fraction", "none"),
         "kv_utilization_max": Metric(
-            float(kv_util.max()) if kv_util.size else 0.0, "fraction", "none"
+            float(kv_util.max()) if kv_util.size else float("nan"), "fraction", "none"
         ),
         "retractions_count": Metric(sum(r.retractions for r in results), "requests", "lower"),
         "scheduler_pass_us_p50": Metric(_pct(pass_us, 50), "us", "lower"),
-        "passes_per_s": Metric(n_steps / loop_wall if loop_wall > 0 else 0.0, "passes/s", "higher"),
+        "passes_per_s": Metric(
+            n_steps / loop_wall if loop_wall > 0 else float("nan"), "passes/s", "higher"
+        ),
+        # wall time of a lockstep pass over the ranks' summed CPU time per pass (their own
+        # adder, delayer and bookkeeping work): 1.0 = no overhead beyond the work itself
+        "pass_wall_over_rank_work": Metric(
+            loop_wall / loop_cpu if loop_cpu > 0 else float("nan"), "ratio", "lower"
+        ),
     }
     extra: dict[str, Any] = {"step_kinds": STEP_KINDS}
     if delayer_on:

@@ -159,6 +159,7 @@ class RankResult:
     step_end_s: np.ndarray | None  # float64, identical on every rank; kept from rank 0
     step_dur_s: np.ndarray | None  # float64 forward duration of each step; rank 0
     loop_wall_s: float
+    loop_cpu_s: float  # CPU time of this rank's thread in the loop (its own work, no waiting)
     max_prefill_bs_kind: str
 
 
@@ -194,7 +195,11 @@ def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> No
 
 
 def lockstep(
-    rank: int, job: RankJob, group: Any, *, progress: Connection | None = None
+    rank: int,
+    job: RankJob,
+    group: Any,
+    *,
+    progress: Any | None = None,
 ) -> RankResult:
     """The twin's main loop on one rank (see the module docstring)."""
     from dpbench.sglang_compat.delayer import DelayerSettings, RecordingCollector, build_delayer
@@ -251,6 +256,7 @@ def lockstep(
     idle_run = 0
     rr = 0
     t_loop = time.perf_counter()
+    cpu_loop = time.thread_time()
     while True:
         if not any_work:
             if next_i >= total:
@@ -343,6 +349,7 @@ def lockstep(
         if progress is not None and len(step_end) % 256 == 0:
             progress.send(("progress", rank, sum(r[_F_DONE] for r in rows), len(step_end), clock))
     loop_wall = time.perf_counter() - t_loop
+    loop_cpu = time.thread_time() - cpu_loop
     if progress is not None:
         progress.send(("progress", rank, total, len(step_end), clock))
 
@@ -375,6 +382,7 @@ def lockstep(
         step_end_s=np.asarray(step_end, dtype=np.float64) if rank == 0 else None,
         step_dur_s=np.asarray(step_dur, dtype=np.float64) if rank == 0 else None,
         loop_wall_s=loop_wall,
+        loop_cpu_s=loop_cpu,
         max_prefill_bs_kind=sched.max_prefill_bs.kind,
     )
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from dpbench.procs import free_port
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
-from dpbench.twin.config import DISPATCHES, STEP_EXCHANGES, TwinConfig, build_config
+from dpbench.twin.config import DISPATCHES, RANK_MODES, STEP_EXCHANGES, TwinConfig, build_config
 from dpbench.twin.cost import make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
@@ -34,6 +34,7 @@ from dpbench.twin.ranks import (
     SharedMemoryExchange,
     run_ranks,
 )
+from dpbench.twin.threads import Baton, BatonExchange, run_rank_threads
 
 ProgressFn = Callable[[int, int, int, float], None]  # finished, total, steps, simulated s
 
@@ -129,8 +130,10 @@ def run_twin(
         ignore_eos=bool(spec.ignore_eos),
         token_ids=lambda i: ordered[i].token_ids(vocab),
     )
-    if config.step_exchange == "gloo":
-        exchange: Any = GlooExchange(config.dp_size)
+    if config.rank_mode == "threads":
+        exchange: Any = BatonExchange(Baton(config.dp_size, config.deadline_s))
+    elif config.step_exchange == "gloo":
+        exchange = GlooExchange(config.dp_size)
     else:
         exchange = SharedMemoryExchange(mp.get_context("fork"), config.dp_size, config.deadline_s)
     job = RankJob(
@@ -144,7 +147,7 @@ def run_twin(
         exchange=exchange,
     )
     total = len(ordered)
-    results = run_ranks(
+    results = (run_rank_threads if config.rank_mode == "threads" else run_ranks)(
         job,
         on_progress=(lambda done, steps, sim: on_progress(done, total, steps, sim))
         if on_progress
@@ -186,7 +189,8 @@ def run_twin(
             "seed": spec.seed if seed is None else seed,
             "num_requests": total,
             "cost_model": cost.name,
-            "step_exchange": config.step_exchange,
+            "step_exchange": exchange.name,
+            "rank_mode": config.rank_mode,
         },
         scheduler_defaults=defaults.as_dict(),
         kv_plan=kv_plan.as_dict() if kv_plan is not None else None,
@@ -256,6 +260,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--calibration", default=None)
     p.add_argument("--deadline", type=float, default=600.0)
     p.add_argument("--step-exchange", choices=STEP_EXCHANGES, default="shared_memory")
+    p.add_argument("--rank-mode", choices=RANK_MODES, default="processes")
     p.add_argument("--no-timeline", action="store_true")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--events", action="store_true", help="JSON progress lines on stdout")
@@ -276,6 +281,7 @@ def config_from_args(args: argparse.Namespace) -> TwinConfig:
         hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
         deadline=args.deadline,
         step_exchange=args.step_exchange,
+        rank_mode=args.rank_mode,
         timeline=not args.no_timeline,
     )
 
