@@ -345,9 +345,12 @@ def _write_run_result(path: Path, calib: dict[str, Any], outcome: Any, wall_s: f
         metrics[f"{p['case']}_copy_bw_fraction"] = Metric(
             p["copy_bandwidth_fraction"], "fraction", "higher"
         )
+    from dpbench.sglang_compat.provenance import provenance
+
     result = make_run_result(
         tier="kernels",
-        sglang={"version": calib["sglang_version"], "commit": None, "generation": None},
+        # the kernel tier drives no scheduler: no API generation compared; placement read statically
+        **provenance(()),
         metrics=metrics,
         wall_time_s=wall_s,
         notes=list(calib["notes"]),

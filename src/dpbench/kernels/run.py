@@ -141,23 +141,37 @@ def run_cases(
     return out
 
 
-def _one_case(
+@dataclass
+class PreparedCase:
+    """A case ready to time: checked inputs, the rotated input sets, the launch settings used."""
+
+    case: Case
+    inputs: Any
+    sets: list[Any]
+    verdict: Any
+    launch_settings: dict[str, Any]
+
+
+def prepare_case(
     case: Case,
-    index: int,
     *,
     kernels: Any,
     device: str,
-    seed: int,
-    cores: int,
-    l2: int,
-    warmup_ms: float,
-    rep_ms: float,
-    ceilings: Ceilings,
-) -> dict[str, Any]:
-    """Check one case, then time it; a case that fails its check is not timed."""
+    seed: int = 0,
+    index: int = 0,
+    cores: int = 0,
+    l2: int = 0,
+) -> PreparedCase:
+    """Build ``case``'s inputs, check them against the reference, and rotate input sets below 2×L2.
+
+    ``seed`` and ``index`` (the case's place in a sweep) fix every random tensor: the
+    sweep (:func:`run_cases`) and the asv benchmark (``benchmarks/kernels.py``) prepare
+    a case the same way. ``cores`` / ``l2`` are the device's SM count and L2 bytes (0 on
+    a CPU). If the check fails, ``sets`` is empty and ``verdict.ok`` is False: never time it.
+    """
     import torch
 
-    from dpbench.kernels.inputs import launch, make_inputs
+    from dpbench.kernels.inputs import make_inputs
     from dpbench.kernels.verify import verify
     from dpbench.sglang_compat.kernels import mla_max_kv_splits, pdl_default
 
@@ -177,7 +191,7 @@ def _one_case(
     )
     verdict = verify(kernels, inputs)
     if not verdict.ok:
-        return {"status": "failed", "failure": verdict.as_dict()}
+        return PreparedCase(case, inputs, [], verdict, {})
     launch_settings: dict[str, Any] = {}
     if case.kind == "decode":
         launch_settings = {
@@ -189,6 +203,31 @@ def _one_case(
     if l2 and case.bytes < 2 * l2:
         n_sets = min(128, -(-2 * l2 // max(1, case.bytes)))
     sets = _rotated_sets(inputs, n_sets, seed + 7 * index + 1) if n_sets > 1 else [inputs]
+    return PreparedCase(case, inputs, sets, verdict, launch_settings)
+
+
+def _one_case(
+    case: Case,
+    index: int,
+    *,
+    kernels: Any,
+    device: str,
+    seed: int,
+    cores: int,
+    l2: int,
+    warmup_ms: float,
+    rep_ms: float,
+    ceilings: Ceilings,
+) -> dict[str, Any]:
+    """Check one case, then time it; a case that fails its check is not timed."""
+    from dpbench.kernels.inputs import launch
+
+    prepared = prepare_case(
+        case, kernels=kernels, device=device, seed=seed, index=index, cores=cores, l2=l2
+    )
+    verdict, sets, launch_settings = prepared.verdict, prepared.sets, prepared.launch_settings
+    if not verdict.ok:
+        return {"status": "failed", "failure": verdict.as_dict()}
     fns = [lambda s=s: launch(kernels, s) for s in sets]
     timing = time_launches(
         fns if len(fns) > 1 else fns[0], warmup_ms=warmup_ms, rep_ms=rep_ms, device=device
@@ -217,7 +256,7 @@ def _one_case(
         "rel_error": verdict.rel_error,
         "timing": {**timing.as_dict(), **launch_settings},
     }
-    del sets, fns, inputs
+    del sets, fns, prepared
     return {"status": "ok", "case": case.name, "point": point}
 
 
