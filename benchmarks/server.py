@@ -1,9 +1,12 @@
-"""Server tier: a real sglang.launch_server in DP-attention mode driven by a replayed workload (≥2 CUDA GPUs).
+"""Server tier: a real sglang.launch_server in DP-attention mode driven by a replayed workload.
 
-``ServeThroughput`` launches SGLang per (workload, DP size, delayer on/off) with
-DeepSeek-V3's shipped config and dummy weights (``DPBENCH_SERVER_MODEL`` names a real
+``ServeThroughput`` (≥2 CUDA GPUs) launches SGLang per (workload, DP size, delayer on/off)
+with DeepSeek-V3's shipped config and dummy weights (``DPBENCH_SERVER_MODEL`` names a real
 checkpoint instead; ``DPBENCH_SERVER_TP`` the tensor-parallel size, default 8), replays
 the workload's trace and reads client metrics plus the server's Prometheus counts.
+``SimulatedRooflineServe`` (CPU) runs the same launcher with SGLang's real server and
+only the model forward simulated by the twin's roofline cost model
+(``executor: simulated``; see ``dpbench.sglang_compat.simforward``).
 ``ClientOverhead`` (CPU) measures this suite's load client at 1,000 concurrent streams
 against the protocol test double; ``BenchServingReference`` measures SGLang's own
 ``bench_serving`` the same way, for comparison.
@@ -16,7 +19,7 @@ import os
 import sys
 from typing import Any, ClassVar, Literal, get_args
 
-from .common import metric, require_cuda, save_run
+from .common import metric, optional_metric, require_cuda, save_run
 
 Workload = Literal["long-prompt-burst", "balanced-baseline"]
 DpSize = Literal[2, 8]
@@ -66,6 +69,7 @@ class ServeThroughput:
         except NotImplementedError as exc:
             return {"skip": str(exc)}
         from dpbench.server.run import RunOptions, execute, prepare
+        from dpbench.sglang_compat.detect import UnsupportedSGLang
 
         out: dict[str, Any] = {}
         for workload in get_args(Workload):
@@ -82,9 +86,8 @@ class ServeThroughput:
                     )
                     try:
                         result = execute(prepare(opts))
-                    except Exception as exc:  # one failed launch must not lose the other runs
-                        out[key] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-                        continue
+                    except UnsupportedSGLang as exc:  # an API shape this suite cannot drive
+                        return {"skip": str(exc)}
                     save_run("server", key, result)
                     out[key] = {"metrics": result["metrics"]}
         return out
@@ -94,12 +97,7 @@ class ServeThroughput:
     def setup(self, cache: dict[str, Any], workload: str, dp_size: int, delayer: str) -> None:
         if "skip" in cache:
             raise NotImplementedError(cache["skip"])
-        entry = cache.get(_key(workload, dp_size, delayer))
-        if entry is None or "error" in entry:
-            raise NotImplementedError(
-                f"server run failed: {entry.get('error') if entry else 'missing'}"
-            )
-        self.result = entry
+        self.result = cache[_key(workload, dp_size, delayer)]
 
     def _m(self, name: str) -> float:
         return metric(self.result, name)
@@ -145,7 +143,8 @@ class ServeThroughput:
     track_errors.unit = "requests"
 
     def track_delayer_delay_fraction(self, cache, workload, dp_size, delayer) -> float:
-        return self.result["metrics"].get("delayer_delay_fraction", {"value": 0.0})["value"]
+        # absent without delayer outcomes (delayer off): NaN, never 0
+        return optional_metric(self.result, "delayer_delay_fraction")
 
     track_delayer_delay_fraction.unit = "fraction of outcomes"
 
@@ -153,13 +152,6 @@ class ServeThroughput:
         return self._m("delayer_outcomes_total")
 
     track_delayer_outcomes.unit = "outcomes"
-
-    def track_kv_token_usage_max(self, cache, workload, dp_size, delayer) -> float:
-        return self.result["metrics"].get("kv_token_usage_fraction_max", {"value": float("nan")})[
-            "value"
-        ]
-
-    track_kv_token_usage_max.unit = "fraction"
 
 
 # Client comparison at 1,000 concurrent streams against the protocol test double (CPU).
@@ -216,16 +208,13 @@ class BenchServingReference:
         import tempfile
         from pathlib import Path
 
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                return measure_bench_serving(
-                    _comparison_config(),
-                    sglang_python=sys.executable,
-                    double_python=sys.executable,
-                    workdir=Path(tmp),
-                )
-            except RuntimeError as exc:
-                return {"skip": str(exc).splitlines()[0] + " " + str(exc).splitlines()[-1]}
+        with tempfile.TemporaryDirectory() as tmp:  # a failed bench_serving run fails here
+            return measure_bench_serving(
+                _comparison_config(),
+                sglang_python=sys.executable,
+                double_python=sys.executable,
+                workdir=Path(tmp),
+            )
 
     setup_cache.timeout = 900
 
@@ -247,3 +236,178 @@ class BenchServingReference:
         return row["ttft_error_ms_p99"]
 
     track_ttft_error_ms_p99.unit = "ms"
+
+
+# --- simulated-forward server (CPU) ------------------------------------------------------
+SimSpec = Literal["long-prompt-burst-small"]  # high-KV (target_kv_util 0.98), CPU-sized
+SimDp = Literal[2, 4]
+SIM_DELAYER_ONLY = {"delayer_outcomes_total", "delayer_delay_fraction"}
+
+
+def _sim_key(spec: str, dp: int, delayer: str) -> str:
+    if spec not in get_args(SimSpec):
+        raise ValueError(f"spec must be one of {get_args(SimSpec)}; found {spec!r}")
+    if dp not in get_args(SimDp):
+        raise ValueError(f"dp_size must be one of {get_args(SimDp)}; found {dp!r}")
+    if delayer not in get_args(DelayerMode):
+        raise ValueError(f"delayer must be one of {get_args(DelayerMode)}; found {delayer!r}")
+    return f"simulated-roofline-{spec}-dp{dp}-delayer_{delayer}"
+
+
+def _require_hookable() -> None:
+    """Skip (one line naming the member) when this SGLang cannot be hooked for a simulated forward."""
+    import json
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "dpbench.sglang_compat.simforward.check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(
+            f"simforward.check printed nothing (status {proc.returncode}): {proc.stderr[-1500:]}"
+        )
+    verdict = json.loads(lines[-1])
+    if not verdict["ok"]:
+        raise NotImplementedError(f"cannot simulate this SGLang's forward: {verdict['error']}")
+
+
+class SimulatedRooflineServe:
+    """executor: simulated, cost model: roofline. SGLang's real DP-attention server on a CPU
+    (HTTP, tokenizer manager, DP controller, schedulers, PrefillDelayer, radix cache,
+    metrics, gloo MLP sync), only the forward simulated, per (spec, DP size, delayer).
+
+    Tracks client latencies and throughput (in the simulated forward's time, with the
+    measured scheduler overhead on top), the server's own delayer outcomes and DP
+    cooperation counters, and the stand-in's per-step DP-mixed ground truth. A metric a
+    run did not measure (the delayer's, with it off) is NaN, never 0.
+    """
+
+    params: ClassVar[tuple[list[Any], ...]] = (
+        list(get_args(SimSpec)),
+        list(get_args(SimDp)),
+        list(get_args(DelayerMode)),
+    )
+    param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
+    timeout = 3600
+    version = "server-simulated-roofline-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        from dpbench import faults
+        from dpbench.server.run import RunOptions, execute, prepare
+        from dpbench.sglang_compat.detect import UnsupportedSGLang
+
+        faults.inject_if_requested("server-sim")
+        try:
+            _require_hookable()
+        except NotImplementedError as exc:
+            return {"skip": str(exc)}
+        out: dict[str, Any] = {}
+        for spec in get_args(SimSpec):
+            for dp in get_args(SimDp):
+                for delayer in get_args(DelayerMode):
+                    key = _sim_key(spec, dp, delayer)
+                    opts = RunOptions(
+                        spec=spec,
+                        dp_size=dp,
+                        delayer=delayer == "on",
+                        simulate_forward=True,
+                        python=sys.executable,
+                        check_gpus=False,
+                    )
+                    try:
+                        result = execute(prepare(opts))
+                    except UnsupportedSGLang as exc:
+                        return {"skip": str(exc)}
+                    save_run("server", key, result)
+                    out[key] = {"metrics": result["metrics"]}
+        return out
+
+    setup_cache.timeout = 3600
+
+    def setup(self, cache: dict[str, Any], spec: str, dp_size: int, delayer: str) -> None:
+        if "skip" in cache:
+            raise NotImplementedError(cache["skip"])
+        self.result = cache[_sim_key(spec, dp_size, delayer)]
+
+    def _m(self, name: str) -> float:
+        if name in SIM_DELAYER_ONLY:
+            return optional_metric(self.result, name)
+        return metric(self.result, name)
+
+    def track_dp_mixed_step_fraction(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("dp_mixed_step_fraction")
+
+    track_dp_mixed_step_fraction.unit = "fraction"
+
+    def track_decode_rank_s_beside_prefill(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("decode_rank_s_beside_prefill")
+
+    track_decode_rank_s_beside_prefill.unit = "rank·s"
+
+    def track_decode_rank_time_beside_prefill_fraction(
+        self, cache, spec, dp_size, delayer
+    ) -> float:
+        return optional_metric(self.result, "decode_rank_time_beside_prefill_fraction")
+
+    track_decode_rank_time_beside_prefill_fraction.unit = "fraction"
+
+    def track_dp_coop_decode_tokens_beside_prefill_fraction(
+        self, cache, spec, dp_size, delayer
+    ) -> float:
+        return optional_metric(self.result, "dp_coop_decode_tokens_beside_prefill_fraction")
+
+    track_dp_coop_decode_tokens_beside_prefill_fraction.unit = "fraction"
+
+    def track_delayer_outcomes(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("delayer_outcomes_total")
+
+    track_delayer_outcomes.unit = "outcomes"
+
+    def track_delayer_delay_fraction(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("delayer_delay_fraction")
+
+    track_delayer_delay_fraction.unit = "fraction of outcomes"
+
+    def track_ttft_ms_p50(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("ttft_ms_p50")
+
+    track_ttft_ms_p50.unit = "ms"
+
+    def track_ttft_ms_p99(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("ttft_ms_p99")
+
+    track_ttft_ms_p99.unit = "ms"
+
+    def track_request_throughput_per_s(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("request_throughput_per_s")
+
+    track_request_throughput_per_s.unit = "req/s"
+
+    def track_output_tokens_per_s(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("output_tokens_per_s")
+
+    track_output_tokens_per_s.unit = "tok/s"
+
+    def track_errors(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("errors_total")
+
+    track_errors.unit = "requests"
+
+    def track_kv_utilization_max(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("kv_utilization_max")
+
+    track_kv_utilization_max.unit = "fraction"
+
+    def track_scheduler_overhead_ms_p50(self, cache, spec, dp_size, delayer) -> float:
+        return optional_metric(self.result, "scheduler_overhead_ms_p50")
+
+    track_scheduler_overhead_ms_p50.unit = "ms"
+
+    def track_simulated_step_ms_p50(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("simulated_step_ms_p50")
+
+    track_simulated_step_ms_p50.unit = "ms"

@@ -186,7 +186,8 @@ def test_prometheus_deltas_by_label_and_rank():
     assert m["delayer_outcomes_total"].value == 11 and m[
         "delayer_delay_fraction"
     ].value == pytest.approx(6 / 11)
-    assert m["kv_token_usage_fraction_max"].value == 0.95
+    # the gauge read once after the run is the pool's state then, not a maximum: not a metric
+    assert "kv_token_usage_fraction_max" not in m
 
 
 def test_scrape_of_the_double_matches_its_requests():

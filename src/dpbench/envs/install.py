@@ -21,7 +21,8 @@ def main(argv: list[str]) -> int:
     if path.is_dir():
         path = path / "release.json"
     meta = json.loads(path.read_text())
-    info = install_release(sys.executable, meta["sglang"], with_dpbench=False)
+    # with_server: the simulated-forward server benchmark runs SGLang's real server here
+    info = install_release(sys.executable, meta["sglang"], with_dpbench=False, with_server=True)
     print(json.dumps(info))
     return 0
 

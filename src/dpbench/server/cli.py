@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -187,6 +188,10 @@ def run(
     simulate_forward: SimulateForward = False,
     time_scale: TimeScale = 1.0,
     sglang: Release = None,
+    log_dir: Annotated[
+        Path | None,
+        typer.Option(help="server logs and step records; default results/server-logs"),
+    ] = None,
 ) -> None:
     """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result."""
     from dpbench.envs.venv import EnvError
@@ -215,6 +220,8 @@ def run(
         time_scale,
         sglang,
     )
+    if log_dir is not None:
+        opts = dataclasses.replace(opts, log_dir=str(log_dir))
     try:
         prep = prepare(opts)
     except (ServerRunError, EnvError) as exc:

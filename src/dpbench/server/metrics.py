@@ -121,9 +121,26 @@ class ServerMetrics:
             if h["count"]:
                 unit = "s" if short.endswith("seconds") else "passes"
                 m[f"{short}_mean"] = Metric(h["sum"] / h["count"], unit, "lower")
-        usage = self.token_usage.get("sglang:token_usage")
-        if usage:
-            m["kv_token_usage_fraction_max"] = Metric(max(usage.values()), "fraction")
+        # SGLang's DP cooperation counters (SGLANG_ENABLE_METRICS_DP_ATTENTION=1): decode
+        # tokens per number of ranks prefilling in the same step.
+        coop = [
+            (series, sum(by_rank.values()))
+            for series, by_rank in self.per_dp_rank.items()
+            if series.startswith("sglang:dp_cooperation_realtime_tokens_total{")
+            and "mode=decode" in series
+        ]
+        if coop:
+            decode = sum(v for _, v in coop)
+            beside = sum(v for s, v in coop if "num_prefill_ranks=0" not in s)
+            m["dp_coop_decode_tokens_total"] = Metric(decode, "tokens", "none")
+            m["dp_coop_decode_tokens_beside_prefill_total"] = Metric(beside, "tokens", "lower")
+            if decode:
+                m["dp_coop_decode_tokens_beside_prefill_fraction"] = Metric(
+                    beside / decode, "fraction", "lower"
+                )
+        # token_usage gauges are read once, after the run (the pool's state then, not a
+        # maximum); they stay in ``extra``. The simulated server's step records give the
+        # real per-step maximum (kv_utilization_max).
         return m
 
 

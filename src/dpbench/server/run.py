@@ -347,6 +347,15 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
     return server_env(path, dp_size=cfg.dp_size), executor
 
 
+def mark_simulated(result: dict[str, Any], cost_model: str) -> None:
+    """Mark a run result and each of its metrics as the simulated executor's, naming the cost model."""
+    result["executor"] = "simulated"
+    result["cost_model"] = cost_model
+    for m in result["metrics"].values():
+        m["executor"] = "simulated"
+        m["cost_model"] = cost_model
+
+
 def execute(
     prep: Prepared,
     *,
@@ -445,6 +454,8 @@ def execute(
         notes=notes,
         extra=extra,
     )
+    if opts.simulate_forward:
+        mark_simulated(result, executor["cost_model"])
     if died is not None:
         raise RunIncomplete(
             f"the server lost {died} during the run; partial result kept (marked incomplete); "

@@ -107,6 +107,17 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
         m["decode_rank_time_beside_prefill_fraction"] = Metric(
             beside / decode_rank_s, "fraction", "lower"
         )
+    kv_util = np.array(
+        [
+            [
+                records[r][i]["kv_used"] / max(records[r][i]["kv_total"], 1)
+                for r in range(len(records))
+            ]
+            for i in range(n)
+        ]
+    )
+    m["kv_utilization_max"] = Metric(float(kv_util.max()), "fraction", "none")
+    m["kv_utilization_p50"] = Metric(float(np.median(kv_util)), "fraction", "none")
     if overhead_ms.size:
         m["scheduler_overhead_ms_p50"] = Metric(
             float(np.percentile(overhead_ms, 50)), "ms", "lower"

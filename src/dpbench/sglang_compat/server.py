@@ -28,7 +28,6 @@ from pathlib import Path
 
 from dpbench.atomic import atomic_open
 from dpbench.paths import cache_dir
-
 from dpbench.sglang_compat.detect import UnsupportedSGLang
 
 

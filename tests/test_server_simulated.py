@@ -1,0 +1,262 @@
+"""SGLang's real DP-attention server with only the forward simulated, on this CPU (real wheels).
+
+One server per release (0.5.23, and 0.5.16 for the early placement) replays a small
+high-KV trace through the suite's own client; every assertion about that run shares it.
+The process-lifecycle tests start servers through the CLI and signal the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dpbench import results
+from dpbench.procs import free_port
+from dpbench.server.run import RunIncomplete, RunOptions, ServerRunError, execute, prepare
+
+SPEC = str(Path(__file__).parent / "data" / "sim-smoke.yaml")
+DPBENCH = str(Path(sys.executable).parent / "dpbench")
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+
+def _options(release: str, tmp: Path, **kw) -> RunOptions:
+    return RunOptions(
+        spec=SPEC,
+        dp_size=2,
+        simulate_forward=True,
+        sglang=release,
+        log_dir=str(tmp),
+        # delays time out after one pass: a rank then prefills beside a decoding one, so the
+        # trace shows all three step kinds with the delayer's counters moving
+        delayer_max_delay_passes=1,
+        **kw,
+    )
+
+
+def _run(release: str, tmp: Path) -> tuple[object, dict, list]:
+    prep = prepare(_options(release, tmp))
+    outcomes: list = []
+    result = execute(prep, on_done=outcomes.append)
+    return prep, results.load(results.save(tmp / "run.json", result)), outcomes
+
+
+@pytest.fixture(scope="module", params=["0.5.23", "0.5.16"])
+def sim_run(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"sim-{request.param}")
+    t0 = time.monotonic()
+    prep, result, outcomes = _run(request.param, tmp)
+    print(f"simulated server {request.param}: {time.monotonic() - t0:.0f} s")
+    return request.param, tmp, prep, result, outcomes
+
+
+def _server_processes(marker: str) -> list[int]:
+    """PIDs whose environment names ``marker`` (the run's simulated-forward config path)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in env and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def test_every_request_decodes_exactly_its_max_new_tokens(sim_run):
+    release, _, prep, result, outcomes = sim_run
+    want = {r.id: r.max_new_tokens for r in prep.requests}
+    assert len(outcomes) == len(want) == 24
+    bad = [
+        (o.id, o.ok, o.error, o.output_tokens, want[o.id])
+        for o in outcomes
+        if not o.ok or o.output_tokens != want[o.id]
+    ]
+    assert bad == [], bad
+    assert result["sglang"]["version"] == release
+    assert {o.dp_rank for o in outcomes} == {0, 1}
+
+
+def test_the_real_delayer_counted_outcomes(sim_run):
+    _, _, _, result, _ = sim_run
+    m = result["metrics"]
+    assert m["delayer_outcomes_total"]["value"] > 0
+    outcomes = result["extra"]["server_metrics"]["delayer_outcomes"]
+    reasons = {k.split("/")[2] for k, v in outcomes.items() if v > 0}
+    assert reasons & {"no_wait", "wait_success", "delay", "wait_timeout"}, outcomes
+
+
+def test_step_records_hold_extend_decode_and_dp_mixed_steps(sim_run):
+    _, _, _, result, _ = sim_run
+    m = result["metrics"]
+    steps = result["extra"]["steps"]
+    assert m["steps_extend_count"]["value"] > 0
+    assert m["steps_decode_count"]["value"] > 0
+    assert m["steps_mixed_count"]["value"] > 0, steps["step_kind"]
+    assert 0 < m["dp_mixed_step_fraction"]["value"] < 1
+    assert m["decode_rank_s_beside_prefill"]["value"] > 0
+    # ranks line up step by step: both wrote every step
+    assert len(set(steps["steps_per_rank"])) == 1
+    rows = [
+        json.loads(x)
+        for x in (Path(result["extra"]["step_records_dir"]) / "rank0.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    assert {r["kind"] for r in rows} >= {"extend", "decode"}
+    assert all(r["kv_total"] == rows[0]["kv_total"] for r in rows)
+
+
+def test_the_result_is_marked_simulated_with_its_cost_model(sim_run):
+    _, _, _, result, _ = sim_run
+    assert result["executor"] == "simulated" and result["cost_model"] == "roofline"
+    assert result["extra"]["executor"]["kind"] == "simulated"
+    assert all(m["executor"] == "simulated" for m in result["metrics"].values())
+    m = result["metrics"]
+    # the scale's distortion is measured, not guessed
+    assert m["scheduler_overhead_ms_p50"]["value"] > 0 and m["simulated_step_ms_p50"]["value"] > 0
+    # SGLang's own DP cooperation counters (SGLANG_ENABLE_METRICS_DP_ATTENTION=1)
+    assert m["dp_coop_decode_tokens_total"]["value"] > 0
+
+
+def test_no_server_process_is_left_after_the_run(sim_run):
+    _, tmp, _, _, _ = sim_run
+    assert _server_processes(str(tmp)) == []
+
+
+def _cli_run(tmp: Path, port: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            DPBENCH,
+            "server",
+            "run",
+            SPEC,
+            "--dp",
+            "2",
+            "--simulate-forward",
+            "--sglang",
+            "0.5.23",
+            "--port",
+            str(port),
+            "--log-dir",
+            str(tmp),
+            "-o",
+            str(tmp / "run.json"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _wait_until(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_no_sglang_process_survives_sigterm_ctrl_c_or_sigkill_of_the_parent(tmp_path):
+    # Three parents at once (the start-ups overlap); each is signalled as soon as SGLang has
+    # started its scheduler processes (leader + DP controller/schedulers share the marker).
+    runs = {}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+        tmp = tmp_path / sig.name
+        tmp.mkdir()
+        runs[sig] = (tmp, _cli_run(tmp, free_port()))
+    try:
+        for sig, (tmp, parent) in runs.items():
+            _wait_until(
+                lambda t=tmp: len(_server_processes(str(t))) >= 4,
+                300,
+                f"SGLang's processes ({sig.name})",
+            )
+            parent.send_signal(sig)
+        for sig, (tmp, parent) in runs.items():
+            parent.wait(timeout=90)
+            _wait_until(
+                lambda t=tmp: not _server_processes(str(t)),
+                60,
+                f"every SGLang process gone after {sig.name}",
+            )
+    finally:
+        for _, parent in runs.values():
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait()
+
+
+def test_a_taken_port_is_one_clear_line(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ServerRunError, match=rf"port {port} on 127.0.0.1 is taken"):
+            prepare(_options("0.5.23", tmp_path, port=port))
+
+
+def test_a_server_dying_at_start_up_names_the_failure_and_the_log(tmp_path):
+    proc = subprocess.run(
+        [
+            DPBENCH,
+            "server",
+            "run",
+            SPEC,
+            "--dp",
+            "2",
+            "--simulate-forward",
+            "--sglang",
+            "0.5.23",
+            "--log-dir",
+            str(tmp_path),
+            "--sglang-arg",
+            "--max-total-tokens=-5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1
+    out = " ".join(proc.stdout.split())
+    assert "the server exited" in out and str(tmp_path) in out, out
+    assert _server_processes(str(tmp_path)) == []
+
+
+def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path):
+    prep = prepare(_options("0.5.23", tmp_path))
+    killed = []
+
+    def kill_a_rank(outcome) -> None:
+        if killed:
+            return
+        # the scheduler processes hold the model runner: the step records name them by rank
+        pids = [
+            p
+            for p in _server_processes(str(tmp_path))
+            if b"scheduler" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        if pids:
+            os.kill(pids[-1], signal.SIGKILL)
+            killed.append(pids[-1])
+
+    with pytest.raises(RunIncomplete) as info:
+        execute(prep, on_done=kill_a_rank)
+    assert killed, "no scheduler process found to kill"
+    msg = str(info.value)
+    assert "\n" not in msg and "server log:" in msg and "partial result kept" in msg
+    assert info.value.result["extra"]["incomplete"].startswith("server process died")
+    assert _server_processes(str(tmp_path)) == []
