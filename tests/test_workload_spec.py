@@ -251,10 +251,31 @@ def test_bad_spec_cases_are_distinct_and_many():
     assert len({c[0] for c in BAD_SPECS}) == len(BAD_SPECS) >= 10
 
 
-def test_several_problems_report_the_first_and_count_the_rest():
-    text = _bad("num_requests: 50", "num_requests: 0").replace("seed: 3", "seed: -3")
-    with pytest.raises(WorkloadSpecError, match=r"\[1 more problem\(s\) after this one\]"):
-        parse_spec(text)
+def test_several_problems_are_all_listed_each_with_field_value_and_what_is_allowed():
+    text = (
+        _bad("num_requests: 50", "num_requests: 0")
+        .replace("seed: 3", "seed: -3")
+        .replace("target_kv_util: 0.9", "target_kv_util: 1.5")
+    )
+    text += "colour: blue\n"
+    with pytest.raises(WorkloadSpecError) as info:
+        parse_spec(text, source="bad.yaml")
+    message = str(info.value)
+    assert message.startswith("bad.yaml: 4 problems:\n")
+    assert "more problem" not in message
+    problems = info.value.problems
+    assert len(problems) == 4 and message.count("\n  - ") == 4
+    by_field = {p.split("`")[1]: p for p in problems}
+    assert set(by_field) == {"num_requests", "seed", "target_kv_util", "colour"}
+    assert "found 0" in by_field["num_requests"] and "greater than 0" in by_field["num_requests"]
+    assert "found -3" in by_field["seed"] and "greater than or equal to 0" in by_field["seed"]
+    assert (
+        "found 1.5" in by_field["target_kv_util"]
+        and "less than or equal to 1" in by_field["target_kv_util"]
+    )
+    assert (
+        "found 'blue'" in by_field["colour"] and "fields allowed here: name" in by_field["colour"]
+    )
 
 
 def test_unknown_spec_name_lists_the_shipped_ones():

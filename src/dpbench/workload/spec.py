@@ -26,7 +26,7 @@ from pydantic import (
 
 from dpbench.paths import workloads_dir
 from dpbench.workload.models import ModelConfigError, resolve_model_path
-from dpbench.workload.spec_errors import format_validation_error
+from dpbench.workload.spec_errors import format_problems, validation_problems
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
@@ -39,7 +39,16 @@ MAX_TOKENS = 10_000_000
 
 
 class WorkloadSpecError(ValueError):
-    """A workload spec that cannot be used; the message names field, value found and what is allowed."""
+    """A workload spec that cannot be used; the message lists every problem found, each naming
+    field, value found and what is allowed (``problems`` holds them one per item).
+
+    Cross-field checks (``high ≥ low``, shares summing to 1, …) run once the fields they
+    compare are valid, so they appear in the list after the field problems are fixed.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems if problems is not None else [message]
 
 
 class _Strict(BaseModel):
@@ -302,7 +311,8 @@ def _validate(data: Any, *, source: str, base: Path | None = None) -> WorkloadSp
     try:
         return WorkloadSpec.model_validate(data, context={"base": base})
     except ValidationError as exc:
-        raise WorkloadSpecError(format_validation_error(exc, source, WorkloadSpec)) from None
+        problems = validation_problems(exc, WorkloadSpec)
+        raise WorkloadSpecError(format_problems(problems, source), problems) from None
 
 
 # ---- loading --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Pydantic validation errors as one readable line: field, value found, what is allowed."""
+"""Pydantic validation errors as readable text: every problem, each naming field, value found and what is allowed."""
 
 from __future__ import annotations
 
@@ -102,22 +102,32 @@ def _allowed_for(err: dict[str, Any], root: type[BaseModel]) -> str:
     return ""
 
 
-def format_validation_error(exc: ValidationError, source: str, root: type[BaseModel]) -> str:
-    """One readable line for the first problem pydantic found (plus how many others there are)."""
-    errors = exc.errors(include_url=False)
-    err = errors[0]
+def describe_problem(err: dict[str, Any], root: type[BaseModel]) -> str:
+    """One pydantic error as "`field`: found <value>; <what is allowed>" (no source prefix)."""
     where = _display_loc(root, tuple(err["loc"]))
     kind = err["type"]
     if kind == "value_error":
         text = str((err.get("ctx") or {}).get("error", err["msg"]))
-        msg = f"{source}: {text}" if not err["loc"] else f"{source}: `{where}`: {text}"
-    elif kind == "missing":
-        msg = f"{source}: `{where}` is required but missing; {_allowed_for(err, root)}"
-    elif kind == "extra_forbidden":
-        msg = f"{source}: `{where}` is not a known field (found {err['input']!r}); {_allowed_for(err, root)}"
-    else:
-        allowed = _allowed_for(err, root) or err["msg"]
-        msg = f"{source}: `{where}`: found {err['input']!r}; {allowed}"
-    if len(errors) > 1:
-        msg += f"  [{len(errors) - 1} more problem(s) after this one]"
-    return msg
+        return text if not err["loc"] else f"`{where}`: {text}"
+    if kind == "missing":
+        return f"`{where}` is required but missing; {_allowed_for(err, root)}"
+    if kind == "extra_forbidden":
+        return f"`{where}` is not a known field (found {err['input']!r}); {_allowed_for(err, root)}"
+    allowed = _allowed_for(err, root) or err["msg"]
+    return f"`{where}`: found {err['input']!r}; {allowed}"
+
+
+def validation_problems(exc: ValidationError, root: type[BaseModel]) -> list[str]:
+    """Every problem pydantic found, each naming its field, the value found and what is allowed."""
+    return [describe_problem(err, root) for err in exc.errors(include_url=False)]
+
+
+def format_validation_error(exc: ValidationError, source: str, root: type[BaseModel]) -> str:
+    """The problems as text: one line for one problem, else a count and one line per problem."""
+    return format_problems(validation_problems(exc, root), source)
+
+
+def format_problems(problems: list[str], source: str) -> str:
+    if len(problems) == 1:
+        return f"{source}: {problems[0]}"
+    return f"{source}: {len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems)
