@@ -301,3 +301,202 @@ def run(
 
         write_timeline(result, plot)
         err.print(f"plot {plot}")
+
+
+ABLATION_SUFFIX = ":ablation"
+
+
+def _sweep_arm(
+    arm: str,
+    spec: str,
+    seeds: list[int],
+    dps: list[int],
+    chunks: list[int],
+    requests: int | None,
+    out: Path,
+    timeout: float,
+    on_progress: Any,
+) -> dict[str, Any]:
+    """One arm of a sweep (``VERSION`` or ``VERSION:ablation``) in its release environment."""
+    from dpbench.envs import run_in_env
+
+    version, _, mode = arm.partition(":")
+    args = [
+        spec,
+        "--seeds",
+        ",".join(map(str, seeds)),
+        "--dp",
+        ",".join(map(str, dps)),
+        "--chunked-prefill-size",
+        ",".join(map(str, chunks)),
+        "-o",
+        str(out),
+    ]
+    if requests is not None:
+        args += ["--requests", str(requests)]
+    if mode == "ablation":
+        args.append("--hide-delayer-from-chunked-req")
+
+    def line(text: str) -> None:
+        try:
+            event = json.loads(text)
+        except json.JSONDecodeError:
+            return
+        if event.get("event") == "progress":
+            on_progress(arm, event["done"], event["total"])
+
+    proc = run_in_env(version, "dpbench.twin.sweep", args, timeout=timeout, on_line=line)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"sweep arm {arm} exited with status {proc.returncode}:\n{proc.stderr[-3000:]}"
+        )
+    return json.loads(out.read_text())
+
+
+def paired_table(rows: list[dict[str, Any]], a: str, b: str, metrics: tuple[str, ...]) -> Any:
+    from rich.table import Table
+
+    table = Table(
+        title=f"paired over seeds: {b} − {a} (mean, 95 % t interval); * = interval excludes 0"
+    )
+    for col in ("DP", "chunk", "metric", a, b, "B − A", "95 % CI", "rel", "multi-modal"):
+        table.add_column(col, justify="right" if col not in ("metric",) else "left")
+    for r in rows:
+        if r["metric"] not in metrics:
+            continue
+        star = "*" if r["excludes_zero"] else ""
+        mm = ",".join(x for x, f in ((a, r["multimodal_a"]), (b, r["multimodal_b"])) if f) or "-"
+        table.add_row(
+            str(r["dp"]),
+            str(r["chunked_prefill_size"]),
+            r["metric"],
+            f"{r['mean_a']:.4g}",
+            f"{r['mean_b']:.4g}",
+            f"{r['mean_diff']:+.4g}{star}",
+            f"[{r['ci95_low']:+.4g}, {r['ci95_high']:+.4g}]",
+            f"{100 * r['rel_diff']:+.1f} %" if r["rel_diff"] == r["rel_diff"] else "-",
+            mm,
+        )
+    return table
+
+
+SWEEP_TABLE_METRICS = (
+    "dp_mixed_step_fraction",
+    "decode_rank_s_beside_prefill",
+    "decode_rank_time_beside_prefill_fraction",
+    "false_prefillable_reports_count",
+    "false_report_mixed_steps_count",
+    "delayer_delay_count",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "request_throughput_req_per_s",
+)
+
+
+@app.command()
+def sweep(
+    spec: Annotated[str, typer.Argument(help="workload spec: a shipped name or a YAML path")],
+    sglang: Annotated[
+        list[str],
+        typer.Option(
+            help="an arm: a release (0.5.16) or a release's ablation arm (0.5.17:ablation: add_chunked_req "
+            "without the delayer); give two or more, each is compared with the first"
+        ),
+    ],
+    seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 20,
+    dp: Annotated[list[int] | None, typer.Option(help="DP sizes (repeatable; default 4)")] = None,
+    chunked_prefill_size: Annotated[
+        list[int] | None,
+        typer.Option(help="global --chunked-prefill-size values (repeatable; default 8192)"),
+    ] = None,
+    requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
+    jobs: Annotated[int, typer.Option(help="arms run at once (one process each)")] = 2,
+    timeout: Annotated[float, typer.Option(help="wall-clock limit per arm, seconds")] = 3600.0,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="write arms, rows and timing as JSON")
+    ] = None,
+    all_metrics: Annotated[
+        bool, typer.Option(help="print every metric, not the main ones")
+    ] = False,
+) -> None:
+    """Same seeds through each arm (in-process ranks); paired differences with 95 % intervals."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dpbench.atomic import write_json
+    from dpbench.progress import console, progress
+    from dpbench.twin.sweep import compare
+
+    err = console()
+    if len(sglang) < 2:
+        raise typer.BadParameter(
+            "give at least two arms (--sglang A --sglang B)", param_hint="--sglang"
+        )
+    for arm in sglang:
+        _, _, mode = arm.partition(":")
+        if mode not in ("", "ablation"):
+            raise typer.BadParameter(
+                f"arm {arm!r}: the only mode is ':ablation' (e.g. 0.5.17:ablation)",
+                param_hint="--sglang",
+            )
+    if seeds < 2:
+        raise typer.BadParameter(
+            f"paired intervals need ≥ 2 seeds, got {seeds}", param_hint="--seeds"
+        )
+    dps = dp or [4]
+    chunks = chunked_prefill_size or [8192]
+    seed_list = list(range(seeds))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, progress() as bar:
+        tasks = {
+            arm: bar.add_task(f"sweep {spec} · {arm}", total=len(dps) * len(chunks) * seeds)
+            for arm in sglang
+        }
+
+        def on_progress(arm: str, done: int, total: int) -> None:
+            bar.update(tasks[arm], completed=done, total=total)
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {
+                arm: pool.submit(
+                    _sweep_arm,
+                    arm,
+                    spec,
+                    seed_list,
+                    dps,
+                    chunks,
+                    requests,
+                    Path(tmp) / f"arm{i}.json",
+                    timeout,
+                    on_progress,
+                )
+                for i, arm in enumerate(sglang)
+            }
+            try:
+                arms = {arm: f.result() for arm, f in futures.items()}
+            except RuntimeError as exc:
+                err.print(f"[red]sweep failed:[/] {exc}")
+                raise typer.Exit(1) from None
+    wall = time.perf_counter() - t0
+    base = sglang[0]
+    out_console = __import__("rich.console", fromlist=["Console"]).Console()
+    comparisons = {}
+    for other in sglang[1:]:
+        rows = compare(arms[base], arms[other])
+        comparisons[f"{other} - {base}"] = rows
+        names = tuple(sorted({r["metric"] for r in rows})) if all_metrics else SWEEP_TABLE_METRICS
+        out_console.print(paired_table(rows, base, other, names))
+    err.print(
+        f"{len(sglang)} arms × {len(dps) * len(chunks)} settings × {seeds} seeds in {wall:.0f} s wall"
+    )
+    if output is not None:
+        write_json(
+            output,
+            {
+                "spec": spec,
+                "arms": arms,
+                "comparisons": comparisons,
+                "wall_s": wall,
+                "jobs": jobs,
+            },
+        )
+        err.print(f"saved {output}")
