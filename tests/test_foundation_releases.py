@@ -82,8 +82,18 @@ def test_main_job_runs_heavier_tiers_on_first_early_first_post_kv_and_newest(tmp
 def test_asv_failure_lines_name_the_benchmark():
     line = "[ 75.00%] ··· placement.Placement.track_placement_code                      failed\n"
     assert mainjob.FAILED_LINE.search(line).group(1) == "placement.Placement.track_placement_code"
-    ok = "[ 75.00%] ··· placement.Placement.track_placement_code                      2.0\n"
-    assert mainjob.FAILED_LINE.search(ok) is None
+    cache = (
+        "[ 58.33%] ··· placement.Placement.track_chunked_negotiates skipped (setup_cache failed)"
+    )
+    assert (
+        mainjob.FAILED_LINE.search(cache).group(1) == "placement.Placement.track_chunked_negotiates"
+    )
+    for fine in (
+        "[ 75.00%] ··· placement.Placement.track_placement_code                      2.0\n",
+        "[  8.33%] ··· Setting up placement:17                                       failed\n",
+        "[ 75.00%] ··· kernels.DecodeAttention.track_median_us    skipped (needs ≥1 CUDA GPU(s))\n",
+    ):
+        assert mainjob.FAILED_LINE.search(fine) is None, fine
 
 
 @pytest.mark.parametrize(

@@ -41,8 +41,13 @@ from dpbench.procs import alive, descendants
 # `asv run --config asv.releases.json -b workloads HEAD^!`.
 PLACEMENT_BENCH = r"^placement\."
 HEAVY_BENCH = r"^(twin\.|server\.\w*Simulated)"
-# asv's line for a benchmark that failed: "[ 50.00%] ··· placement.Placement.track_x   failed"
-FAILED_LINE = re.compile(r"···\s+([A-Za-z_][\w.]*)\s.*\bfailed\s*$")
+# asv's line for a benchmark that failed, in its own setup/run or because its class's
+# setup_cache raised (asv then "skips" every benchmark of the class; it is a failure):
+# "[ 50.00%] ··· placement.Placement.track_x   failed"
+# "[ 58.33%] ··· placement.Placement.track_x skipped (setup_cache failed)"
+FAILED_LINE = re.compile(
+    r"···\s+([a-z_]\w*(?:\.\w+)+)\s.*?\b(?:failed|skipped \(setup_cache failed\))\s*$"
+)
 
 console = Console(stderr=True)
 
@@ -190,6 +195,9 @@ def bench_command(
         None,
         help="asv config (default: asv.releases.json); its 'repo' is where the history is built",
     ),
+    site_dir: Path = typer.Option(
+        None, "--site", help="where the dashboard goes (default: dashboard/site)"
+    ),
 ) -> None:
     """The main job: asv over SGLang releases (CPU tiers), then asv's site and the dashboard."""
     from asv.util import load_json
@@ -249,7 +257,12 @@ def bench_command(
     _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
     from dpbench.dashboard import build as dashboard_build
 
-    site = dashboard_build.build_site(results=results_root, out=root / "dashboard" / "site")
+    site = dashboard_build.build_site(
+        results=results_root,
+        out=site_dir or root / "dashboard" / "site",
+        history_repo=history,
+        asv_html=html_dir,
+    )
     elapsed = time.monotonic() - t0
     console.print(f"\n[bold green]done[/] in {elapsed / 60:.1f} min")
     print(f"results:    {results_root}")

@@ -1,0 +1,86 @@
+"""A scenario failure fails the main job, after the other results are published, and names the benchmark.
+
+The real thing, end to end: `dpbench bench` over SGLang 0.5.23 from the release history,
+real asv (its own environment with the release wheel), with $DPBENCH_INJECT_FAILURE
+asking the placement tier's scenario to fail (``dpbench.faults``). asv has to hand that
+variable to its benchmark processes for the test to pass at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpbench.faults import ENV
+from dpbench.paths import cache_dir, project_root
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+ROOT = project_root()
+RELEASE = "0.5.23"
+REST = "workloads.KVPlanning.time_plan"  # a benchmark the injection does not touch
+
+
+def _config(tmp: Path) -> Path:
+    from asv.util import load_json
+
+    conf = load_json(str(ROOT / "asv.releases.json"), js_comments=True)
+    conf.update(
+        repo=str(tmp / "history"),
+        results_dir=str(tmp / "results"),
+        html_dir=str(tmp / "html"),
+        # the same environments as the dashboard tests (same settings), built once in .cache/
+        env_dir=str(cache_dir() / "asv-env-dashboard-tests"),
+        benchmark_dir=str(ROOT / "benchmarks"),
+        install_command=[c.replace("{conf_dir}", str(ROOT)) for c in conf["install_command"]],
+    )
+    path = tmp / "asv.json"
+    path.write_text(json.dumps(conf, indent=2))
+    return path
+
+
+def test_injected_placement_failure_fails_the_main_job_after_publishing_the_rest(tmp_path):
+    config = _config(tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dpbench",
+            "bench",
+            RELEASE,
+            "--config",
+            str(config),
+            "--site",
+            str(tmp_path / "site"),
+            "--bench",
+            r"^(placement\.|workloads\.KVPlanning)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, ENV: "placement"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    # the failure reached asv's benchmark process and was reported as a failure, not a skip
+    assert "InjectedFailure" in out, out[-4000:]
+    assert "failed benchmarks: placement.Placement.track_" in " ".join(out.split()), out[-3000:]
+    # ... after everything else was published
+    assert (tmp_path / "html" / "index.html").is_file()
+    assert (tmp_path / "site" / "index.html").is_file()
+    values: dict[str, object] = {}
+    for path in (tmp_path / "results").rglob("*.json"):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and "results" in data:
+            for name, res in data["results"].items():
+                values[name] = res[0] if isinstance(res, list) else res
+    assert values.get(REST) not in (None, [None] * 3), values.get(REST)
+    assert all(v is None or v == [None] for k, v in values.items() if k.startswith("placement.")), {
+        k: v for k, v in values.items() if k.startswith("placement.")
+    }
