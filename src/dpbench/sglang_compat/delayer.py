@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpbench.sglang_compat.detect import UnsupportedSGLang
+
 GENERATION_ARGS = "args"
 GENERATION_SIZES_GROUP = "sizes_group"
 GENERATION_GROUP = "group"
@@ -62,11 +64,6 @@ SUPPORTED = (
 
 
 def _unsupported(message: str) -> RuntimeError:
-    """``dpbench.sglang_compat.detect.UnsupportedSGLang`` when the placement helper's module exists."""
-    try:
-        from dpbench.sglang_compat.detect import UnsupportedSGLang
-    except ImportError:  # pragma: no cover - detect.py is written in parallel
-        return RuntimeError(message)
     return UnsupportedSGLang(message)
 
 
