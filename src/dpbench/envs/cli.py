@@ -51,6 +51,6 @@ def list_envs() -> None:
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(ctx: typer.Context, version: str = typer.Argument(..., help="SGLang version")) -> None:
-    """Run a command with that environment's python: `dpbench env run 0.5.23 -- -c 'import sglang'`."""
+    """Run a command with that environment's python: `dpbench env run 0.5.23 -- -m pip show sglang`."""
     env = ensure_env(version)
     raise typer.Exit(subprocess.call([str(env.python), *ctx.args]))

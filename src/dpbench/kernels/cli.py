@@ -29,6 +29,7 @@ from typing import Annotated, Any
 import typer
 
 from dpbench.progress import console, interactive, progress
+from dpbench.sglang_compat.source import sglang_installed
 
 app = typer.Typer(
     help="Time SGLang's Triton MLA attention (decode, extend, mixed) and write the twin's calibration.",
@@ -229,7 +230,7 @@ def run(
     """Check every case against the reference, time it, and write the calibration file."""
     from dpbench.kernels.cases import SWEEPS
 
-    if sglang_wheel is not None and importlib.util.find_spec("sglang") is None:
+    if sglang_wheel is not None and not sglang_installed():
         use_sglang_wheel(sglang_wheel)
 
     name = "quick" if quick else sweep_name
@@ -280,7 +281,7 @@ def check(
     t0 = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
-    if sglang_wheel is not None and importlib.util.find_spec("sglang") is None:
+    if sglang_wheel is not None and not sglang_installed():
         site = use_sglang_wheel(sglang_wheel)
         log.append(f"SGLang imported from {sglang_wheel.name}, unzipped into {site}")
     import torch

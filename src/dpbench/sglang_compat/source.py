@@ -9,6 +9,11 @@ from pathlib import Path
 SCHEDULE_POLICY = ("srt", "managers", "schedule_policy.py")
 
 
+def sglang_installed() -> bool:
+    """Whether an ``sglang`` package is importable here (found, not imported)."""
+    return importlib.util.find_spec("sglang") is not None
+
+
 def sglang_package_dir() -> Path:
     """The installed ``sglang`` package folder (``sglang/__init__.py`` is not run)."""
     spec = importlib.util.find_spec("sglang")
