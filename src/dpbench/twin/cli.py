@@ -303,7 +303,36 @@ def run(
         err.print(f"plot {plot}")
 
 
-ABLATION_SUFFIX = ":ablation"
+# An arm is VERSION[:MODE[,MODE…]]; each mode is one twin flag, so a fidelity fix can be
+# measured on and off with the same seeds (e.g. 0.5.16 vs 0.5.16:no-overlap).
+ARM_MODES = {
+    "ablation": ["--hide-delayer-from-chunked-req"],
+    "no-radix": ["--disable-radix-cache"],
+    "no-overlap": ["--disable-overlap-schedule"],
+}
+ARM_VALUE_MODES = {"conservativeness": "--schedule-conservativeness"}
+
+
+def arm_flags(arm: str) -> tuple[str, list[str]]:
+    """``"0.5.17:ablation,no-overlap"`` → ``("0.5.17", [flags])``; a bad mode names what exists."""
+    version, _, modes = arm.partition(":")
+    flags: list[str] = []
+    for mode in filter(None, modes.split(",")):
+        name, eq, value = mode.partition("=")
+        if name in ARM_MODES and not eq:
+            flags += ARM_MODES[name]
+        elif name in ARM_VALUE_MODES and eq:
+            try:
+                float(value)
+            except ValueError:
+                raise ValueError(f"arm {arm!r}: {name}= needs a number, got {value!r}") from None
+            flags += [ARM_VALUE_MODES[name], value]
+        else:
+            raise ValueError(
+                f"arm {arm!r}: unknown mode {mode!r}; modes: {', '.join(ARM_MODES)}, "
+                f"{', '.join(k + '=X' for k in ARM_VALUE_MODES)}"
+            )
+    return version, flags
 
 
 def _sweep_arm(
@@ -320,7 +349,7 @@ def _sweep_arm(
     """One arm of a sweep (``VERSION`` or ``VERSION:ablation``) in its release environment."""
     from dpbench.envs import run_in_env
 
-    version, _, mode = arm.partition(":")
+    version, flags = arm_flags(arm)
     args = [
         spec,
         "--seeds",
@@ -334,8 +363,7 @@ def _sweep_arm(
     ]
     if requests is not None:
         args += ["--requests", str(requests)]
-    if mode == "ablation":
-        args.append("--hide-delayer-from-chunked-req")
+    args += flags
 
     def line(text: str) -> None:
         try:
@@ -399,8 +427,9 @@ def sweep(
     sglang: Annotated[
         list[str],
         typer.Option(
-            help="an arm: a release (0.5.16) or a release's ablation arm (0.5.17:ablation: add_chunked_req "
-            "without the delayer); give two or more, each is compared with the first"
+            help="an arm: a release (0.5.16), optionally with modes after ':' (0.5.17:ablation: add_chunked_req "
+            "without the delayer; no-radix; no-overlap; conservativeness=X); give two or more, each is "
+            "compared with the first"
         ),
     ],
     seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 20,
@@ -432,12 +461,10 @@ def sweep(
             "give at least two arms (--sglang A --sglang B)", param_hint="--sglang"
         )
     for arm in sglang:
-        _, _, mode = arm.partition(":")
-        if mode not in ("", "ablation"):
-            raise typer.BadParameter(
-                f"arm {arm!r}: the only mode is ':ablation' (e.g. 0.5.17:ablation)",
-                param_hint="--sglang",
-            )
+        try:
+            arm_flags(arm)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--sglang") from None
     if seeds < 2:
         raise typer.BadParameter(
             f"paired intervals need ≥ 2 seeds, got {seeds}", param_hint="--seeds"
@@ -478,7 +505,9 @@ def sweep(
                 raise typer.Exit(1) from None
     wall = time.perf_counter() - t0
     base = sglang[0]
-    out_console = __import__("rich.console", fromlist=["Console"]).Console()
+    from rich.console import Console
+
+    out_console = Console(width=None if os.isatty(1) else 160)
     comparisons = {}
     for other in sglang[1:]:
         rows = compare(arms[base], arms[other])

@@ -39,6 +39,9 @@ def sweep_release(
     chunks: list[int],
     requests: int | None,
     hide_delayer_from_chunked_req: bool = False,
+    radix_cache: bool = True,
+    overlap_schedule: bool = True,
+    schedule_conservativeness: float | None = None,
     on_run: Any = None,
 ) -> dict[str, Any]:
     from dpbench.twin.config import build_config
@@ -52,6 +55,9 @@ def sweep_release(
                 dp=dp,
                 chunked_prefill_size=chunk,
                 hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
+                radix_cache=radix_cache,
+                overlap_schedule=overlap_schedule,
+                schedule_conservativeness=schedule_conservativeness,
                 rank_mode="threads",
                 timeline=False,
                 deadline=3600,
@@ -87,6 +93,9 @@ def sweep_release(
             "chunked_prefill_size": chunks,
             "requests": requests,
             "hide_delayer_from_chunked_req": hide_delayer_from_chunked_req,
+            "radix_cache": radix_cache,
+            "overlap_schedule": overlap_schedule,
+            "schedule_conservativeness": schedule_conservativeness,
         },
         "runs": runs,
     }
@@ -146,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunked-prefill-size", type=_ints, required=True)
     p.add_argument("--requests", type=int, default=None)
     p.add_argument("--hide-delayer-from-chunked-req", action="store_true")
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--schedule-conservativeness", type=float, default=None)
     p.add_argument("-o", "--output", required=True)
     args = p.parse_args(argv)
 
@@ -159,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         chunks=args.chunked_prefill_size,
         requests=args.requests,
         hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
+        radix_cache=not args.disable_radix_cache,
+        overlap_schedule=not args.disable_overlap_schedule,
+        schedule_conservativeness=args.schedule_conservativeness,
         on_run=emit,
     )
     write_json(Path(args.output), out)

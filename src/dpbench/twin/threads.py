@@ -27,6 +27,7 @@ the rank that failed.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import traceback
@@ -50,7 +51,11 @@ class Baton:
 
     def __init__(self, n: int, timeout_s: float) -> None:
         self.n = n
-        self._turn = [threading.Semaphore(1 if r == 0 else 0) for r in range(n)]
+        # a plain lock per rank as a binary semaphore (C-level acquire/release; any thread may
+        # release it): a rank's turn begins when its lock is released to it
+        self._turn = [threading.Lock() for _ in range(n)]
+        for r in range(1, n):
+            self._turn[r].acquire()
         self._slots: list[list[Any]] = [[None] * n, [None] * n]
         self._count = [0] * n
         self._timeout = timeout_s
@@ -73,6 +78,8 @@ class Baton:
         return list(buf)
 
     def _wait(self, rank: int) -> None:
+        if self.aborted is not None:
+            raise BatonAborted(self.aborted)
         if not self._turn[rank].acquire(timeout=self._timeout):
             self.abort(f"rank {rank} waited {self._timeout:g} s for its turn")
         if self.aborted is not None:
@@ -81,8 +88,9 @@ class Baton:
     def abort(self, why: str) -> None:
         if self.aborted is None:
             self.aborted = why
-        for sem in self._turn:
-            sem.release()
+        for lock in self._turn:
+            with contextlib.suppress(RuntimeError):  # already released by its owner's turn
+                lock.release()
 
 
 class BatonExchange:
