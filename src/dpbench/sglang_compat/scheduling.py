@@ -81,7 +81,7 @@ def _scheduler_source() -> str:
 
 
 _NO_TOKEN_RE = re.compile(
-    r"if res == AddReqResult\.NO_TOKEN:\s*\n(?P<body>(?:[ \t]+.*\n){1,4})", re.MULTILINE
+    r"if res == AddReqResult\.NO_TOKEN:\s*\n(?P<body>(?:[ \t]+.*\n){1,6})", re.MULTILINE
 )
 
 
@@ -93,8 +93,12 @@ def batch_is_full_rule(source: str | None = None) -> str:
         raise UnsupportedSGLang(
             "scheduler.py has no `if res == AddReqResult.NO_TOKEN:` block; cannot tell its batch_is_full rule"
         )
-    body = m.group("body").strip()
-    first = body.splitlines()[0].strip()
+    code = [
+        ln.strip()
+        for ln in m.group("body").splitlines()
+        if ln.strip() and not ln.strip().startswith("#")
+    ]
+    first = code[0] if code else ""
     if first.startswith("if self.enable_hierarchical_cache"):
         return BATCH_IS_FULL_ALWAYS  # the twin runs without hierarchical cache: the else branch
     if first.startswith(
@@ -126,14 +130,26 @@ def _apply_dp_handler(args: Any) -> str:
             "ServerArgs has no _handle_data_parallelism and sglang.srt.arg_groups.parallel_hook is missing; "
             "cannot resolve the DP-attention scheduler defaults"
         ) from exc
-    for name in dir(hook):
-        fn = getattr(hook, name)
-        if callable(fn) and "data_parallel" in name and name.startswith("_handle"):
-            fn(args)
-            return f"arg_groups.parallel_hook.{name}"
-    raise UnsupportedSGLang(
-        f"sglang.srt.arg_groups.parallel_hook has no _handle*data_parallel* function: {sorted(dir(hook))}"
-    )
+    fn = getattr(hook, "handle_data_parallelism", None)
+    if fn is None:
+        raise UnsupportedSGLang(
+            "sglang.srt.arg_groups.parallel_hook has no handle_data_parallelism; "
+            f"it has {sorted(n for n in dir(hook) if n.startswith('handle'))}"
+        )
+    legacy = getattr(hook, "handle_deprecated_dp_attention", None)
+    if legacy is not None:  # --dp N --enable-dp-attention → --attn-dp-size N (0.5.23)
+        legacy(args)
+    fn(args)  # declares its resolutions; resolved_view(args) reads them
+    return "arg_groups.parallel_hook.handle_data_parallelism"
+
+
+def _resolved(args: Any) -> Any:
+    """``args`` as the release resolves it: its ``resolved_view`` where declared resolutions exist (0.5.23)."""
+    try:
+        view = importlib.import_module("sglang.srt.arg_groups.parallel_hook").resolved_view
+    except (ImportError, AttributeError):
+        return args
+    return view(args)
 
 
 def resolve_scheduler_defaults(
@@ -160,9 +176,10 @@ def resolve_scheduler_defaults(
     )
     flag_conservativeness = float(args.schedule_conservativeness)
     source = _apply_dp_handler(args)
-    conservativeness = float(args.schedule_conservativeness)
-    per_rank_chunk = int(args.chunked_prefill_size)
-    tracker_source = "envs formula"
+    resolved = _resolved(args)
+    conservativeness = float(resolved.schedule_conservativeness)
+    per_rank_chunk = int(resolved.chunked_prefill_size)
+    tracker_source = "NewTokenRatioTracker's formula over the release's envs"
     init = min(envs.SGLANG_INIT_NEW_TOKEN_RATIO.get() * conservativeness, 1.0)
     min_ratio = min(init * envs.SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.get(), 1.0)
     decay = (init - min_ratio) / envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get()
@@ -175,7 +192,7 @@ def resolve_scheduler_defaults(
             tracker_cls, "from_config", None
         )
         if build is not None:
-            t = build(args)
+            t = build(resolved)
             init, min_ratio, decay = float(t.init), float(t.min), float(t.decay)
             tracker_source = f"NewTokenRatioTracker.{build.__name__}"
     except (ImportError, AttributeError, TypeError):
@@ -191,8 +208,8 @@ def resolve_scheduler_defaults(
         new_token_ratio_decay=decay,
         retract_decode_steps=int(envs.SGLANG_RETRACT_DECODE_STEPS.get()),
         batch_is_full_on_no_token=batch_is_full_rule(),
-        overlap_schedule_default=not bool(args.disable_overlap_schedule),
-        radix_cache_default=not bool(args.disable_radix_cache),
+        overlap_schedule_default=not bool(resolved.disable_overlap_schedule),
+        radix_cache_default=not bool(resolved.disable_radix_cache),
         sources={
             "schedule_conservativeness": f"{flag_conservativeness} (flag) → {conservativeness} by {source}",
             "per_rank_chunked_prefill_size": source,
