@@ -33,3 +33,29 @@ def test_release_env_imports_scheduler_with_its_pins(version, transformers, tmp_
     assert info["transformers"] == transformers
     assert info["torch"].startswith("2.14.1")
     assert info["flashinfer"] is False, "GPU-only dependencies must not be installed"
+
+
+@pytest.mark.sglang
+def test_run_in_env_captures_streams_and_reaps_on_timeout():
+    from dpbench.envs import run_in_env
+    from dpbench.procs import alive
+
+    done = run_in_env("0.5.23", "platform", timeout=120)
+    assert done.returncode == 0 and done.stdout.strip()
+    lines: list[str] = []
+    streamed = run_in_env("0.5.23", "calendar", ["2026", "12"], timeout=120, on_line=lines.append)
+    assert streamed.returncode == 0 and streamed.stdout == ""
+    assert any("December 2026" in line for line in lines)
+    # a child that never ends: killed with its process group, then TimeoutExpired
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_in_env(
+            "0.5.23",
+            "http.server",
+            ["0", "--bind", "127.0.0.1"],
+            timeout=5,
+            on_line=lines.append,
+        )
+    out = subprocess.run(
+        ["pgrep", "-f", "-m", "http.server 0 --bind 127.0.0.1"], capture_output=True, text=True
+    )
+    assert not [int(p) for p in out.stdout.split() if alive(int(p))]

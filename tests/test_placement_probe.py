@@ -96,3 +96,53 @@ def test_what_the_delayer_heard_before_and_after_pr31835(probed):
     for version in (before, after):
         assert version["delay_verdict_blocks"]["admitted"] is False
         assert version["allow_verdict_admits"]["admitted"] is True
+
+
+UNREADABLE_STATIC = """
+import json, sys
+from dpbench.placement import probe
+from dpbench.sglang_compat import negotiation
+probe.static.analyse_installed = lambda: negotiation.analyse_source(
+    "class PrefillAdder(:\\n", origin="broken.py")
+print(json.dumps(probe.build_result()))
+"""
+
+
+@pytest.mark.sglang
+def test_a_failed_static_reading_says_unknown_with_its_reason_never_a_count(release_env):
+    import subprocess
+
+    env = release_env("0.5.23")
+    proc = subprocess.run(
+        [str(env.python), "-c", UNREADABLE_STATIC], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    # no "0 KV exits" (which reads exactly like an early placement): the metric is absent
+    assert "kv_exits_before_negotiation" not in r["metrics"]
+    assert r["placement"]["static"]["label"] == "unknown"
+    assert r["placement"]["static"]["kv_exits_before_negotiation"] is None
+    assert any("static analysis: unknown (does not parse" in n for n in r["notes"])
+    # the label comes from the behavioural probe, and says so
+    assert (r["placement"]["label"], r["placement"]["source"]) == ("post-kv", "behavioural")
+    assert r["sglang"]["generation"] == "g0.5.22-0.5.23"
+
+
+def test_static_absent_and_unknown_carry_no_exit_count():
+    from dpbench.sglang_compat.negotiation import analyse_source
+    from dpbench.sglang_compat.provenance import detected_placement
+
+    absent = analyse_source(
+        "class PrefillAdder:\n"
+        "    def add_one_req(self, req, has_chunked_req, truncation_align_size):\n"
+        "        if req.x > self.rem_total_tokens:\n"
+        "            return AddReqResult.NO_TOKEN\n"
+        "        return AddReqResult.CONTINUE\n"
+    )
+    assert (absent.label, absent.kv_exits_before_negotiation) == ("absent", None)
+    block = detected_placement(absent)
+    assert block["label"] == "absent" and block["kv_exits_before_negotiation"] is None
+    assert "never calls negotiate_should_allow_prefill" in block["reason"]
+    unknown = detected_placement(analyse_source("x = (\n"))
+    assert unknown["label"] == "unknown" and "does not parse" in unknown["reason"]
+    assert unknown["kv_exits_before_negotiation"] is None
