@@ -224,15 +224,16 @@ def test_a_server_dying_at_start_up_names_the_failure_and_the_log(tmp_path):
             "--log-dir",
             str(tmp_path),
             "--sglang-arg",
-            "--max-total-tokens=-5",
+            "--max-running-requests=abc",
         ],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 1
-    out = " ".join(proc.stdout.split())
-    assert "the server exited" in out and str(tmp_path) in out, out
+    out = " ".join(proc.stderr.split())
+    assert "the server exited (status 2)" in out and f"server log: {tmp_path}" in out, out
+    assert "invalid int value: 'abc'" in out, out
     assert _server_processes(str(tmp_path)) == []
 
 

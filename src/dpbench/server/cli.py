@@ -128,11 +128,20 @@ def _fail(message: str) -> None:
 
 
 def _first_line_and_log(exc: BaseException) -> str:
+    """One line: what failed, SGLang's own last error line, and where the server log is."""
+    import re
+
     lines = [ln for ln in str(exc).splitlines() if ln.strip()]
     first = lines[0] if lines else type(exc).__name__
-    # the last traceback line of the log tail says why SGLang died
+    log = None
+    m = re.search(r"\. (?:Last lines of|See the log at) (\S+?):?$", first) or re.search(
+        r"see the log at (\S+?):?$", first
+    )
+    if m:
+        log = m.group(1)
+        first = first[: m.start()]
     cause = next((ln.strip() for ln in reversed(lines[1:]) if "Error" in ln or "error" in ln), None)
-    return f"{first}{' — ' + cause if cause else ''}"
+    return f"{first}{' — ' + cause if cause else ''}{'; server log: ' + log if log else ''}"
 
 
 Tp = Annotated[int, typer.Option("--tp", help="tensor-parallel size (GPUs, all nodes)")]
@@ -400,3 +409,45 @@ def client_bench(
         write_json(output, res)
     else:
         print(json.dumps(res, indent=2))
+
+
+@app.command()
+def fidelity(
+    spec: Annotated[str, typer.Argument(help="workload name or spec path (its seed is used)")],
+    dp: Annotated[int, typer.Option("--dp", help="attention-DP size")] = 2,
+    sglang: Annotated[
+        list[str], typer.Option("--sglang", help="release(s) to compare under (repeatable)")
+    ] = ["0.5.23"],  # noqa: B006 - typer reads the default
+    chunked_prefill_size: Annotated[
+        int, typer.Option(help="global --chunked-prefill-size given to both sides")
+    ] = 4096,
+    delayer: Delayer = True,
+) -> None:
+    """Twin vs simulated-forward server on the same spec, seed, DP size and chunk size, per release."""
+    from dpbench.server.fidelity import FidelityError, Inputs
+    from dpbench.server.fidelity import run as run_fidelity
+
+    con = console()
+    for release in sglang:
+        inp = Inputs(spec, dp, release, chunked_prefill_size, delayer)
+        try:
+            report = run_fidelity(inp)
+        except FidelityError as exc:
+            _fail(str(exc))
+        table = Table(
+            title=f"twin vs server (forward simulated, cost model {report['cost_model']}): {spec}, "
+            f"dp {dp}, chunk {chunked_prefill_size}, SGLang {release}; server overhead "
+            f"{report['server_scheduler_overhead_ms_p50']:.1f} ms/step p50 vs simulated step "
+            f"{report['server_simulated_step_ms_p50']:.1f} ms p50"
+        )
+        for col in ("metric", "twin", "server", "server − twin", "rel."):
+            table.add_column(col, justify="left" if col == "metric" else "right")
+        for row in report["rows"]:
+            table.add_row(
+                f"{row['metric']} ({row['unit']})",
+                f"{row['twin']:.4g}",
+                f"{row['server']:.4g}",
+                f"{row['diff']:+.4g}",
+                f"{row['rel']:+.0%}" if row["rel"] == row["rel"] else "n/a",
+            )
+        con.print(table)
