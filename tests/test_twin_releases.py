@@ -22,7 +22,7 @@ pytestmark = pytest.mark.sglang
 SPEC = "long-prompt-burst"
 SMALL = ["--dp", "2", "--requests", "60", "--no-timeline"]
 # Wall-clock metrics: real time, so they differ run to run by design.
-WALL_METRICS = {"scheduler_pass_us_p50", "passes_per_s"}
+WALL_METRICS = {"scheduler_pass_us_p50", "passes_per_s", "pass_wall_over_rank_work"}
 OUTCOME_LABELS = {
     "input_estimation": {"all", "mixed", "none"},
     "output_allow": {"true", "false"},
@@ -40,6 +40,10 @@ def _twin(env, out: Path, *extra: str, timeout: float = 600) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
+
+
+def _simulated(result: dict) -> dict:
+    return {k: v for k, v in result["metrics"].items() if k not in WALL_METRICS}
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +89,7 @@ def test_early_placement_reports_false_prefillable(runs):
 
 
 def test_same_release_spec_seed_give_identical_metrics(runs, release_env, tmp_path):
+    """Determinism: same release, spec, seed and parameters → identical simulated numbers."""
     again = _twin(release_env("0.5.23"), tmp_path / "again.json")
     first = {k: v for k, v in runs["0.5.23"]["metrics"].items() if k not in WALL_METRICS}
     second = {k: v for k, v in again["metrics"].items() if k not in WALL_METRICS}
@@ -148,3 +153,76 @@ def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
         time.sleep(0.1)
     assert not any(alive(p) for p in ranks), "a rank process outlived the run"
     assert not (tmp_path / "never.json").exists()
+
+
+@pytest.mark.parametrize(
+    "version, batch_is_full",
+    [("0.5.16", "always"), ("0.5.23", "if_admitted_or_running")],
+)
+def test_scheduler_defaults_come_from_the_release(runs, version, batch_is_full):
+    """SGLang's own DP-attention resolution: conservativeness ×0.3, chunk ÷ DP size, ratio from its envs."""
+    d = runs[version]["extra"]["scheduler_defaults"]
+    assert d["dp_size"] == 2 and d["tp_size"] == 8
+    assert d["schedule_conservativeness"] == pytest.approx(0.3)
+    assert d["per_rank_chunked_prefill_size"] == 8192 // 2
+    assert d["init_new_token_ratio"] == pytest.approx(0.7 * 0.3)  # SGLANG_INIT_NEW_TOKEN_RATIO × c
+    assert d["min_new_token_ratio"] < d["init_new_token_ratio"]
+    assert d["batch_is_full_on_no_token"] == batch_is_full
+    assert d["radix_cache_default"] and d["overlap_schedule_default"]
+    assert "radix cache on" in " ".join(runs[version]["notes"])
+
+
+def test_thread_ranks_give_the_gloo_processes_numbers(runs, release_env, tmp_path):
+    """The in-process rank mode (sweeps' default) changes no simulated number, on the early and post-KV release."""
+    for version in ("0.5.16", "0.5.23"):
+        threads = _twin(
+            release_env(version), tmp_path / f"t{version}.json", "--rank-mode", "threads"
+        )
+        assert threads["extra"]["config"]["rank_mode"] == "threads"
+        assert _simulated(threads) == _simulated(runs[version])
+        assert (
+            threads["extra"]["prefill_delayer_outcomes_total"]
+            == runs[version]["extra"]["prefill_delayer_outcomes_total"]
+        )
+
+
+def test_ablation_arm_hides_the_delayer_from_chunk_continuations(release_env, tmp_path):
+    """0.5.23 with add_chunked_req's report hidden: runs, says so, and keeps the post-KV placement."""
+    r = _twin(
+        release_env("0.5.23"),
+        tmp_path / "ablation.json",
+        "--hide-delayer-from-chunked-req",
+        "--rank-mode",
+        "threads",
+    )
+    assert r["extra"]["config"]["scheduler"]["hide_delayer_from_chunked_req"] is True
+    assert any("ablation arm" in n for n in r["notes"])
+    assert r["metrics"]["requests_finished_count"]["value"] == 60
+
+
+def test_injected_scenario_failure_fails_the_run(release_env, tmp_path):
+    env = release_env("0.5.23")
+    proc = subprocess.run(
+        [str(env.python), "-m", "dpbench.twin.run", SPEC, *SMALL, "-o", str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DPBENCH_INJECT_FAILURE": "twin"},
+    )
+    assert proc.returncode != 0
+    assert "InjectedFailure" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_delayer_off_reports_no_delayer_metrics(release_env, tmp_path):
+    """Not measured is absent: no false reports, false-report mixed steps or delay passes without the delayer."""
+    r = _twin(
+        release_env("0.5.23"), tmp_path / "off.json", "--no-delayer", "--rank-mode", "threads"
+    )
+    for name in (
+        "false_prefillable_reports_count",
+        "false_report_mixed_steps_count",
+        "delayer_delay_count",
+    ):
+        assert name not in r["metrics"]
+    assert r["metrics"]["dp_mixed_step_fraction"]["value"] >= 0

@@ -352,3 +352,36 @@ def test_decode_rank_seconds_weight_by_decoding_ranks():
     assert metrics["dp_mixed_step_fraction"].value == 1.0
     assert metrics["decode_rank_s_beside_prefill"].value == pytest.approx(3 * 2.0 + 1 * 0.5)
     assert "false_prefillable_reports_count" not in metrics  # delayer off: not measured, absent
+
+
+def test_asv_track_values_are_seed_samples_and_nan_when_unmeasured(monkeypatch):
+    """asv 0.6.6 turns {"samples", "number"} into a median with a 99 % interval; unmeasured is NaN, not 0."""
+    import math
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    sys.modules.pop("benchmarks.twin", None)
+    import benchmarks.twin as bt
+
+    def run(mixed, delayer):
+        m = {"dp_mixed_step_fraction": {"value": mixed}}
+        if delayer:
+            m["false_prefillable_reports_count"] = {"value": 3}
+        return {"metrics": m}
+
+    keys = {
+        bt._key("long-prompt-burst", 4, "2x", d, s): run(0.1 * (s + 1), d == "on")
+        for d in ("on", "off")
+        for s in bt.SEEDS
+    }
+    on, off = bt.TwinHighKV(), bt.TwinHighKV()
+    on.setup(keys, "long-prompt-burst", 4, "2x", "on")
+    off.setup(keys, "long-prompt-burst", 4, "2x", "off")
+    got = on.track_dp_mixed_step_fraction(keys, "long-prompt-burst", 4, "2x", "on")
+    assert got == {"samples": [0.1 * (s + 1) for s in bt.SEEDS], "number": 1}
+    assert on.track_false_prefillable_reports()["samples"] == [3.0] * len(bt.SEEDS)
+    assert math.isnan(off.track_false_prefillable_reports())
+    assert "chunk16384" in bt._key("long-prompt-burst", 4, "2x", "on", 0)
+    with pytest.raises(ValueError, match="chunked_prefill must be one of"):
+        bt._key("long-prompt-burst", 4, "3x", "on", 0)
