@@ -21,9 +21,19 @@ def test_paired_interval_calls_a_consistent_shift_and_not_noise():
     rng = np.random.default_rng(7)
     a = rng.normal(100, 10, 20)
     shifted = paired(a, a + 5 + rng.normal(0, 0.5, 20))
-    assert shifted.excludes_zero and shifted.ci95_low < 5 < shifted.ci95_high
+    assert shifted.excludes_zero and shifted.mean_diff == pytest.approx(5, abs=0.5)
     noise = paired(a, a + rng.normal(0, 1, 20))
     assert noise.ci95_low < 0 < noise.ci95_high and not noise.excludes_zero
+
+
+def test_paired_interval_covers_the_true_difference_95_percent_of_the_time():
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(1000):
+        a = rng.normal(0, 1, 20)
+        p = paired(a, a + 1.0 + rng.normal(0, 1, 20))
+        hits += p.ci95_low <= 1.0 <= p.ci95_high
+    assert 0.93 <= hits / 1000 <= 0.97
 
 
 def test_bimodality_flags_two_states_not_one():
