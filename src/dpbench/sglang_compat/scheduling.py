@@ -222,21 +222,15 @@ def resolve_scheduler_defaults(
 
 
 def release_info() -> dict[str, Any]:
-    """The installed SGLang's version, commit, adder and delayer API generations (run results' ``sglang``)."""
-    from sglang.srt.managers import prefill_delayer as pd
-
+    """The run result's ``sglang`` and ``placement`` blocks (:func:`.provenance.provenance`), plus the
+    delayer's constructor generation (``sglang.delayer_generation``)."""
     from dpbench.sglang_compat.delayer import detect_generation
+    from dpbench.sglang_compat.detect import COMPONENTS
+    from dpbench.sglang_compat.provenance import provenance
 
-    try:
-        from dpbench.sglang_compat.provenance import sglang_provenance  # type: ignore[attr-defined]
-
-        info = dict(sglang_provenance())
-    except ImportError:
-        from dpbench.sglang_compat.detect import sglang_info
-
-        info = sglang_info(None, components=("adder",))
-    info["delayer_generation"] = detect_generation(pd.PrefillDelayer)
-    return info
+    out = provenance(COMPONENTS)
+    out["sglang"]["delayer_generation"] = detect_generation(prefill_delayer_class())
+    return out
 
 
 def prefill_delayer_class() -> type:

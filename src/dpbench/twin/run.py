@@ -41,7 +41,8 @@ ProgressFn = Callable[[int, int, int, float], None]  # finished, total, steps, s
 
 def prepare_release(config: TwinConfig) -> tuple[Any, dict[str, Any], SchedulerDefaults]:
     """Import the release's admission and delayer once (the rank processes inherit them), resolve its
-    scheduler defaults for ``config``, and describe it."""
+    scheduler defaults for ``config``, and describe it (``{"sglang", "placement"}`` from
+    ``sglang_compat.provenance``)."""
     from dpbench.sglang_compat import delayer as compat
     from dpbench.sglang_compat.adder import AdderKit
     from dpbench.sglang_compat.scheduling import (
@@ -67,23 +68,6 @@ def prepare_release(config: TwinConfig) -> tuple[Any, dict[str, Any], SchedulerD
         )
     kit = AdderKit(page_size=s.page_size)
     return kit, release_info(), defaults
-
-
-def _placement() -> dict[str, Any]:
-    """The installed release's placement label (static analysis; errors propagate)."""
-    try:
-        from dpbench.sglang_compat.provenance import detected_placement  # type: ignore[attr-defined]
-    except ImportError:
-        # sglang_compat has no provenance helper yet: the placement tier's static analysis
-        from dpbench.placement.static import analyse_installed
-
-        found = analyse_installed()
-        return {
-            "label": found.label,
-            "source": "static",
-            "negotiation_line": found.negotiation_line,
-        }
-    return dict(detected_placement())
 
 
 def run_twin(
@@ -118,7 +102,7 @@ def run_twin(
         kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model)
         kv_tokens = kv_plan.max_total_tokens_per_rank
     cost = make_cost_model(model, config.dp_size, calibration)
-    kit, sglang, defaults = prepare_release(config)
+    kit, provenance, defaults = prepare_release(config)
     vocab = model.vocab_size
     order = sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i))
     ordered = [trace[i] for i in order]
@@ -199,8 +183,8 @@ def run_twin(
         extra["timeline"] = timeline(results)
     return make_run_result(
         tier="twin",
-        sglang=sglang,
-        placement=_placement(),
+        sglang=provenance["sglang"],
+        placement=provenance["placement"],
         workload={"name": spec.name, "hash": spec_hash(spec)},
         metrics=metrics,
         wall_time_s=wall,
