@@ -29,10 +29,8 @@ HIGH_KV_REQUESTS = (
 )
 SEEDS = (0, 1, 2)  # each track value is asv's median of these seeds, with asv's interval over them
 SCALE_REQUESTS = 2000
-# The twin drives the adder through detect's generations; the delayer through
-# sglang_compat.delayer, which knows more constructor shapes (0.5.19, 0.5.21) and raises
-# UnsupportedSGLang itself for an unknown one.
-TWIN_COMPONENTS = ("adder",)
+# The twin drives both the adder and the delayer; an unknown shape of either skips.
+TWIN_COMPONENTS = ("adder", "delayer")
 DELAYER_ONLY = {  # metrics that exist only with the delayer on (absent, not 0, without it)
     "false_prefillable_reports_count",
     "false_report_mixed_steps_count",
