@@ -385,3 +385,25 @@ def test_asv_track_values_are_seed_samples_and_nan_when_unmeasured(monkeypatch):
     assert "chunk16384" in bt._key("long-prompt-burst", 4, "2x", "on", 0)
     with pytest.raises(ValueError, match="chunked_prefill must be one of"):
         bt._key("long-prompt-burst", 4, "3x", "on", 0)
+
+
+def test_physical_topology_splits_attention_and_charges_mixed_steps():
+    model = load_model_config("deepseek-v3")
+    per_rank = RooflineModel(model, dp_size=4)
+    same = RooflineModel(model, dp_size=4, tp_size=4)  # one GPU per rank, stated explicitly
+    physical = RooflineModel(model, dp_size=4, tp_size=8, mixed_step_charge=True)
+    decode = RankWork("decode", num_reqs=64, new_tokens=64, context_tokens=64 * 6000)
+    extend = RankWork(
+        "extend", num_reqs=1, new_tokens=2048, context_tokens=2048, attn_pairs=2048 * 2049 // 2
+    )
+    assert same.step_time([decode] * 4) == per_rank.step_time([decode] * 4)
+    # attention TP 2: extend attention (compute-bound) halves
+    assert physical.attention_s(extend) == pytest.approx(per_rank.attention_s(extend) / 2, rel=0.05)
+    # a mixed step pays the decode ranks' eager launches on top; a pure one does not
+    mixed = [extend, decode, decode, decode]
+    plain = RooflineModel(model, dp_size=4, tp_size=8)
+    eager = model.num_hidden_layers * physical.device.eager_layer_launch_s
+    assert physical.step_time(mixed) == pytest.approx(plain.step_time(mixed) + eager)
+    assert physical.step_time([decode] * 4) == pytest.approx(plain.step_time([decode] * 4))
+    with pytest.raises(ValueError, match="tp_size must be a multiple of dp_size"):
+        RooflineModel(model, dp_size=4, tp_size=6)

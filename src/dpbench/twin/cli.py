@@ -213,6 +213,15 @@ def run(
             help="ablation arm: add_chunked_req without the delayer (0.5.17+: placement alone)",
         ),
     ] = False,
+    cost_topology: Annotated[
+        str,
+        typer.Option(
+            help="per-rank-gpu (one GPU per DP rank) or physical (--tp GPUs, attention TP, eager mixed steps)"
+        ),
+    ] = "per-rank-gpu",
+    rank_mode: Annotated[
+        str, typer.Option(help="processes (gloo) or threads (in-process, identical numbers)")
+    ] = "processes",
 ) -> None:
     """Replay SPEC's trace through N twin ranks and print a summary table."""
     from dpbench.progress import console, progress
@@ -237,6 +246,8 @@ def run(
             overlap_schedule=overlap_schedule,
             hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
             deadline=deadline,
+            rank_mode=rank_mode,
+            cost_topology=cost_topology,
             timeline=plot is not None,
         )
     except TwinConfigError as exc:
@@ -309,6 +320,7 @@ ARM_MODES = {
     "ablation": ["--hide-delayer-from-chunked-req"],
     "no-radix": ["--disable-radix-cache"],
     "no-overlap": ["--disable-overlap-schedule"],
+    "physical": ["--cost-topology", "physical"],
 }
 ARM_VALUE_MODES = {"conservativeness": "--schedule-conservativeness"}
 

@@ -7,6 +7,8 @@ from typing import Literal, get_args
 
 Dispatch = Literal["round_robin", "shortest_queue"]
 DISPATCHES: tuple[str, ...] = get_args(Dispatch)
+CostTopology = Literal["per-rank-gpu", "physical"]
+COST_TOPOLOGIES: tuple[str, ...] = get_args(CostTopology)
 RankMode = Literal["processes", "threads"]
 RANK_MODES: tuple[str, ...] = get_args(RankMode)
 StepExchange = Literal["shared_memory", "gloo"]
@@ -128,6 +130,14 @@ class TwinConfig:
             "negotiation always uses SGLang's gloo all-gather): shared_memory (fast) or gloo"
         },
     )
+    cost_topology: CostTopology = field(
+        default="per-rank-gpu",
+        metadata={
+            "help": "per-rank-gpu: one GPU per DP rank (the original cost model); physical: tp_size GPUs, "
+            "attention TP per rank, experts over all GPUs, and mixed steps charged the decode ranks' "
+            "eager launches (dpbench.twin.cost)"
+        },
+    )
     rank_mode: RankMode = field(
         default="processes",
         metadata={
@@ -167,6 +177,10 @@ class TwinConfig:
             raise TwinConfigError(
                 f"step_exchange must be one of {STEP_EXCHANGES}, got {self.step_exchange!r}"
             )
+        if self.cost_topology not in COST_TOPOLOGIES:
+            raise TwinConfigError(
+                f"cost_topology must be one of {COST_TOPOLOGIES}, got {self.cost_topology!r}"
+            )
         if self.rank_mode not in RANK_MODES:
             raise TwinConfigError(f"rank_mode must be one of {RANK_MODES}, got {self.rank_mode!r}")
         if not self.deadline_s > 0:
@@ -200,6 +214,7 @@ def build_config(
     deadline: float = 600.0,
     step_exchange: str = "shared_memory",
     rank_mode: str = "processes",
+    cost_topology: str = "per-rank-gpu",
     timeline: bool = True,
 ) -> TwinConfig:
     """The one way the CLI (``dpbench twin``) and ``python -m dpbench.twin.run`` turn flags into a config."""
@@ -223,6 +238,7 @@ def build_config(
         deadline_s=deadline,
         step_exchange=step_exchange,  # type: ignore[arg-type]
         rank_mode=rank_mode,  # type: ignore[arg-type]
+        cost_topology=cost_topology,  # type: ignore[arg-type]
         record_timeline=timeline,
     )
 
@@ -233,7 +249,7 @@ def module_args(config: TwinConfig) -> list[str]:
     out = ["--dp", str(config.dp_size), "--dispatch", config.dispatch]
     out += ["--chunked-prefill-size", str(s.chunked_prefill_size)]
     out += ["--deadline", str(config.deadline_s), "--step-exchange", config.step_exchange]
-    out += ["--rank-mode", config.rank_mode]
+    out += ["--rank-mode", config.rank_mode, "--cost-topology", config.cost_topology]
     if config.tp_size is not None:
         out += ["--tp", str(config.tp_size)]
     if config.max_total_tokens_per_rank is not None:

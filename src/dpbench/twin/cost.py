@@ -40,6 +40,28 @@ of its extend:
 - collective: all-gather before and reduce-scatter after the MLP, each
   ``latency + T·hidden·act_bytes·(N−1)/N / link_bw``;
 - LM head per rank: ``2·hidden·vocab`` flops per sampled token plus its weights.
+
+Topology (``tp_size``; SGLang's ``--tp-size``, the GPUs of the deployment). With the
+default ``tp_size=None`` every DP rank is one GPU and the experts spread over the N DP
+GPUs (the twin's original model, still the default so results stay comparable). With a
+``tp_size`` G (``--cost-topology physical`` in the twin: G = max(8, N), the smallest H200
+count that holds DeepSeek-V3 FP8's ~671 GB of weights), each DP rank's attention runs on
+``attn_tp = G / N`` GPUs: projection FLOPs and weights, attention-core FLOPs and the LM
+head divide by ``attn_tp`` (heads split; MLA's latent KV is read whole by each GPU, so
+KV bytes do not divide), and the experts, the MoE FLOPs and the all-gather/reduce-scatter
+run over G GPUs. ``mixed_step_charge`` adds, to a DP-mixed step (some ranks extend, others
+decode), the cost of the decoding ranks leaving their decode CUDA graph: SGLang runs a
+step under one forward mode for all DP ranks, so in a mixed step the decode ranks launch
+eagerly: ``eager_launch_s`` per step (``DeviceRoofline.eager_layer_launch_s`` ×
+layers). The decode ranks' wait for the extending rank is already in ``max_r attn_r``.
+
+Public API (the server tier's simulated forward uses it; keep it stable)::
+
+    model = make_cost_model(model_config, dp_size, calibration=None, *, tp_size=None,
+                            mixed_step_charge=False)
+    seconds = model.step_time([RankWork("extend", num_reqs, new_tokens, context_tokens,
+                                        attn_pairs), RankWork("decode", ...), ...])
+    model.describe()
 """
 
 from __future__ import annotations
@@ -108,6 +130,13 @@ class DeviceRoofline:
     )
     act_bytes: float = field(default=2.0, metadata={"help": "bytes per activation element (BF16)"})
     kv_bytes: float = field(default=2.0, metadata={"help": "bytes per KV element (BF16)"})
+    eager_layer_launch_s: float = field(
+        default=15 * 4e-6,
+        metadata={
+            "help": "launch cost of one layer run without a CUDA graph: ~15 kernels per DeepSeek "
+            "decoder layer × ~4 µs per launch (estimate: typical CUDA launch latency; not measured here)"
+        },
+    )
 
 
 H200 = DeviceRoofline()
@@ -118,10 +147,23 @@ class RooflineModel:
 
     name = "roofline"
 
-    def __init__(self, model: ModelConfig, dp_size: int, device: DeviceRoofline = H200) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        dp_size: int,
+        device: DeviceRoofline = H200,
+        *,
+        tp_size: int | None = None,
+        mixed_step_charge: bool = False,
+    ) -> None:
         self.model = model
         self.dp_size = dp_size
         self.device = device
+        self.gpus = tp_size if tp_size is not None else dp_size
+        if self.gpus < dp_size or self.gpus % dp_size:
+            raise ValueError(f"tp_size must be a multiple of dp_size ({dp_size}); got {self.gpus}")
+        self.attn_tp = self.gpus // dp_size
+        self.mixed_step_charge = mixed_step_charge
         m = model
         heads = m.num_attention_heads
         if m.is_mla:
@@ -167,35 +209,37 @@ class RooflineModel:
         """One layer's attention (projections + core) on one rank."""
         if w.kind == "idle" or w.new_tokens == 0:
             return 0.0
-        d = self.device
+        d, a = self.device, self.attn_tp
         proj = self._roof(
-            2 * w.new_tokens * self.attn_weights,
-            self.attn_weights * d.weight_bytes,
+            2 * w.new_tokens * self.attn_weights / a,
+            self.attn_weights * d.weight_bytes / a,
             d.gemm_efficiency,
         )
         kv_bytes = w.context_tokens * self.kv_bytes_per_token_layer
+        if not self.model.is_mla:
+            kv_bytes /= a  # KV heads split over attention TP (MLA's latent is read whole)
         if w.kind == "extend":
             core = self._roof(
-                w.attn_pairs * self.extend_flops_per_pair, kv_bytes, d.attn_efficiency
+                w.attn_pairs * self.extend_flops_per_pair / a, kv_bytes, d.attn_efficiency
             )
         else:
             core = self._roof(
-                w.context_tokens * self.decode_flops_per_ctx, kv_bytes, d.attn_efficiency
+                w.context_tokens * self.decode_flops_per_ctx / a, kv_bytes, d.attn_efficiency
             )
         return proj + core
 
     def dense_mlp_layer_s(self, w: RankWork) -> float:
         if w.new_tokens == 0:
             return 0.0
-        d = self.device
+        d, a = self.device, self.attn_tp
         return self._roof(
-            2 * w.new_tokens * self.dense_mlp_weights,
-            self.dense_mlp_weights * d.weight_bytes,
+            2 * w.new_tokens * self.dense_mlp_weights / a,
+            self.dense_mlp_weights * d.weight_bytes / a,
             d.gemm_efficiency,
         )
 
     def moe_layer_s(self, total_tokens: int) -> float:
-        m, d, n = self.model, self.device, self.dp_size
+        m, d, n = self.model, self.device, self.gpus
         if total_tokens == 0 or not m.is_moe:
             return 0.0
         experts = m.n_routed_experts or 0
@@ -207,7 +251,7 @@ class RooflineModel:
         return self._roof(flops, nbytes, d.gemm_efficiency)
 
     def collective_layer_s(self, total_tokens: int) -> float:
-        d, n = self.device, self.dp_size
+        d, n = self.device, self.gpus
         volume = total_tokens * self.model.hidden_size * d.act_bytes * (n - 1) / n
         one = d.collective_latency_s + volume / (d.link_bytes_per_s * d.link_efficiency)
         return 2 * one
@@ -215,8 +259,8 @@ class RooflineModel:
     def lm_head_s(self, w: RankWork) -> float:
         if w.num_reqs == 0:
             return 0.0
-        m, d = self.model, self.device
-        weights = m.hidden_size * m.vocab_size
+        m, d, a = self.model, self.device, self.attn_tp
+        weights = m.hidden_size * m.vocab_size / a
         return self._roof(2 * w.num_reqs * weights, weights * d.weight_bytes, d.gemm_efficiency)
 
     def attention_s(self, w: RankWork) -> float:
@@ -238,12 +282,28 @@ class RooflineModel:
         moe = max(attn_per_layer) + self.moe_layer_s(total)
         body = self.dense_layers * (dense + coll) + self.moe_layers * (moe + coll)
         head = max(self.lm_head_s(w) for w in ranks)
-        return body + head + self.device.step_overhead_s
+        eager = 0.0
+        if self.mixed_step_charge and self.is_mixed(ranks):
+            eager = layers * self.device.eager_layer_launch_s
+        return body + head + self.device.step_overhead_s + eager
+
+    @staticmethod
+    def is_mixed(ranks: Sequence[RankWork]) -> bool:
+        kinds = {w.kind for w in ranks}
+        return "extend" in kinds and "decode" in kinds
 
     def describe(self) -> str:
         return (
-            f"roofline defaults: {self.device.name}, model {self.model.name}, dp_size {self.dp_size} "
-            "(no calibration file)"
+            f"roofline defaults: {self.device.name}, model {self.model.name}, dp_size {self.dp_size}, "
+            f"{self._topology()} (no calibration file)"
+        )
+
+    def _topology(self) -> str:
+        if self.gpus == self.dp_size and not self.mixed_step_charge:
+            return "one GPU per DP rank, experts over the DP GPUs"
+        return (
+            f"tp_size {self.gpus} (attention TP {self.attn_tp} per DP rank, experts over {self.gpus} GPUs)"
+            + (", mixed steps charged eager decode launches" if self.mixed_step_charge else "")
         )
 
 
@@ -260,8 +320,12 @@ class CalibratedModel(RooflineModel):
         *,
         allow_interpreter: bool = False,
         device: DeviceRoofline = H200,
+        tp_size: int | None = None,
+        mixed_step_charge: bool = False,
     ) -> None:
-        super().__init__(model, dp_size, device)
+        super().__init__(
+            model, dp_size, device, tp_size=tp_size, mixed_step_charge=mixed_step_charge
+        )
         from dpbench.kernels.calibration import load_calibration  # written by the kernels tier
 
         self.path = Path(calibration_path)
@@ -290,20 +354,21 @@ class CalibratedModel(RooflineModel):
                 "decode", batch=reqs, context=mean_ctx, new_tokens=reqs
             )
         layers = self.model.num_hidden_layers
-        d = self.device
+        d, a = self.device, self.attn_tp
         proj = self._roof(
-            2 * w.new_tokens * self.attn_weights,
-            self.attn_weights * d.weight_bytes,
+            2 * w.new_tokens * self.attn_weights / a,
+            self.attn_weights * d.weight_bytes / a,
             d.gemm_efficiency,
         )
-        return float(est) * layers + layers * proj
+        # the calibration measured one GPU holding all heads: attention TP splits the heads
+        return float(est) * layers / a + layers * proj
 
     def describe(self) -> str:
         cal = self.calibration
         return (
             f"calibrated attention from {self.path} (device {getattr(cal, 'device', '?')}, "
             f"SGLang {getattr(cal, 'sglang_version', '?')}); MoE, projections, collectives, LM head: "
-            f"roofline defaults ({self.device.name})"
+            f"roofline defaults ({self.device.name}); {self._topology()}"
         )
 
 
@@ -313,7 +378,17 @@ def make_cost_model(
     calibration: str | Path | None = None,
     *,
     allow_interpreter: bool = False,
+    tp_size: int | None = None,
+    mixed_step_charge: bool = False,
 ) -> ExecutionTimeModel:
+    """The step-time model: roofline, or attention from a kernel calibration file (see the module docstring)."""
     if calibration is None:
-        return RooflineModel(model, dp_size)
-    return CalibratedModel(model, dp_size, calibration, allow_interpreter=allow_interpreter)
+        return RooflineModel(model, dp_size, tp_size=tp_size, mixed_step_charge=mixed_step_charge)
+    return CalibratedModel(
+        model,
+        dp_size,
+        calibration,
+        allow_interpreter=allow_interpreter,
+        tp_size=tp_size,
+        mixed_step_charge=mixed_step_charge,
+    )

@@ -23,7 +23,14 @@ import numpy as np
 
 from dpbench.procs import free_port
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
-from dpbench.twin.config import DISPATCHES, RANK_MODES, STEP_EXCHANGES, TwinConfig, build_config
+from dpbench.twin.config import (
+    COST_TOPOLOGIES,
+    DISPATCHES,
+    RANK_MODES,
+    STEP_EXCHANGES,
+    TwinConfig,
+    build_config,
+)
 from dpbench.twin.cost import make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
@@ -101,7 +108,14 @@ def run_twin(
     if kv_tokens is None:
         kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model)
         kv_tokens = kv_plan.max_total_tokens_per_rank
-    cost = make_cost_model(model, config.dp_size, calibration)
+    physical = config.cost_topology == "physical"
+    cost = make_cost_model(
+        model,
+        config.dp_size,
+        calibration,
+        tp_size=config.gpus if physical else None,
+        mixed_step_charge=physical,
+    )
     kit, provenance, defaults = prepare_release(config)
     vocab = model.vocab_size
     order = sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i))
@@ -173,6 +187,7 @@ def run_twin(
             "seed": spec.seed if seed is None else seed,
             "num_requests": total,
             "cost_model": cost.name,
+            "cost_topology": config.cost_topology,
             "step_exchange": exchange.name,
             "rank_mode": config.rank_mode,
         },
@@ -245,6 +260,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deadline", type=float, default=600.0)
     p.add_argument("--step-exchange", choices=STEP_EXCHANGES, default="shared_memory")
     p.add_argument("--rank-mode", choices=RANK_MODES, default="processes")
+    p.add_argument("--cost-topology", choices=COST_TOPOLOGIES, default="per-rank-gpu")
     p.add_argument("--no-timeline", action="store_true")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--events", action="store_true", help="JSON progress lines on stdout")
@@ -266,6 +282,7 @@ def config_from_args(args: argparse.Namespace) -> TwinConfig:
         deadline=args.deadline,
         step_exchange=args.step_exchange,
         rank_mode=args.rank_mode,
+        cost_topology=args.cost_topology,
         timeline=not args.no_timeline,
     )
 

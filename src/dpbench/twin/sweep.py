@@ -42,6 +42,7 @@ def sweep_release(
     radix_cache: bool = True,
     overlap_schedule: bool = True,
     schedule_conservativeness: float | None = None,
+    cost_topology: str = "per-rank-gpu",
     on_run: Any = None,
 ) -> dict[str, Any]:
     from dpbench.twin.config import build_config
@@ -58,6 +59,7 @@ def sweep_release(
                 radix_cache=radix_cache,
                 overlap_schedule=overlap_schedule,
                 schedule_conservativeness=schedule_conservativeness,
+                cost_topology=cost_topology,
                 rank_mode="threads",
                 timeline=False,
                 deadline=3600,
@@ -96,6 +98,7 @@ def sweep_release(
             "radix_cache": radix_cache,
             "overlap_schedule": overlap_schedule,
             "schedule_conservativeness": schedule_conservativeness,
+            "cost_topology": cost_topology,
         },
         "runs": runs,
     }
@@ -158,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--schedule-conservativeness", type=float, default=None)
+    p.add_argument("--cost-topology", default="per-rank-gpu")
     p.add_argument("-o", "--output", required=True)
     args = p.parse_args(argv)
 
@@ -174,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         radix_cache=not args.disable_radix_cache,
         overlap_schedule=not args.disable_overlap_schedule,
         schedule_conservativeness=args.schedule_conservativeness,
+        cost_topology=args.cost_topology,
         on_run=emit,
     )
     write_json(Path(args.output), out)
