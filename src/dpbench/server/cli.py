@@ -201,6 +201,10 @@ def run(
         Path | None,
         typer.Option(help="server logs and step records; default results/server-logs"),
     ] = None,
+    step_records_dir: Annotated[
+        Path | None,
+        typer.Option(help="simulated forward, multi-node: a step-record directory all nodes share"),
+    ] = None,
 ) -> None:
     """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result."""
     from dpbench.envs.venv import EnvError
@@ -231,6 +235,8 @@ def run(
     )
     if log_dir is not None:
         opts = dataclasses.replace(opts, log_dir=str(log_dir))
+    if step_records_dir is not None:
+        opts = dataclasses.replace(opts, step_records_dir=str(step_records_dir))
     try:
         prep = prepare(opts)
     except (ServerRunError, EnvError) as exc:
@@ -300,8 +306,21 @@ def launch(
     log: Annotated[Path, typer.Option(help="server log file")] = Path(
         "results/server-logs/manual.log"
     ),
+    simulate_forward: SimulateForward = False,
+    time_scale: TimeScale = 1.0,
+    sglang: Release = None,
+    step_records_dir: Annotated[
+        Path | None,
+        typer.Option(help="simulated forward: step records of this node's ranks (share it)"),
+    ] = None,
 ) -> None:
-    """Start a server configured like `run` would, wait until ready, keep it up until Ctrl-C."""
+    """Start a server configured like `run` would (on node 0: wait until ready), keep it up until Ctrl-C.
+
+    On the other nodes of a multi-node server, run this with the same SPEC, --dp,
+    --nnodes and --dist-init-addr and this node's --node-rank.
+    """
+    from dpbench.server.run import ServerRunError, sim_launch_env
+
     opts = _options(
         spec,
         tp,
@@ -320,12 +339,21 @@ def launch(
         startup_deadline_s,
         None,
         None,
+        simulate_forward,
+        time_scale,
+        sglang,
     )
-    prep = prepare(opts)
+    if step_records_dir is not None:
+        opts = dataclasses.replace(opts, step_records_dir=str(step_records_dir))
+    try:
+        prep = prepare(opts)
+        env = sim_launch_env(prep, log) if simulate_forward else None
+    except ServerRunError as exc:
+        _fail(_first_line_and_log(exc))
     con = console()
     con.print(f"[bold]launch:[/bold] {' '.join(prep.command)}\nlog: {log}")
     with ServerProcess(
-        prep.command, base_url=f"http://127.0.0.1:{prep.config.port}", log_path=log
+        prep.command, base_url=f"http://127.0.0.1:{prep.config.port}", log_path=log, env=env
     ) as server:
         if node_rank == 0:
             took = server.wait_ready(deadline_s=startup_deadline_s)

@@ -102,6 +102,13 @@ class RunOptions:
     calibration: str | None = field(
         default=None, metadata={"help": "kernel calibration file for the cost model"}
     )
+    step_records_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "simulated forward: where every rank writes its step records (multi-node: "
+            "a directory all nodes share); default <log>/steps"
+        },
+    )
 
 
 @dataclass
@@ -326,7 +333,7 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
     model = str(prep.spec.model)
     cost_args = {"model": model, "dp_size": cfg.dp_size, "calibration": opts.calibration}
     conf = SimForwardConfig(
-        record_dir=str(run_dir / "steps"),
+        record_dir=str(step_dir(opts, run_dir)),
         cost_factory=simcost.FACTORY,
         cost_args=cost_args,
         time_scale=opts.time_scale,
@@ -344,7 +351,27 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
         "simulated": "forward time (cost model), next tokens, CUDA-only setup (weights, "
         "attention backends, CUDA graphs, NCCL)",
     }
-    return server_env(path, dp_size=cfg.dp_size), executor
+    local = cfg.dp_size // cfg.nnodes
+    return server_env(path, dp_size=local, first_rank=cfg.node_rank * local), executor
+
+
+def step_dir(opts: RunOptions, run_dir: Path) -> Path:
+    return Path(opts.step_records_dir) if opts.step_records_dir else run_dir / "steps"
+
+
+def sim_launch_env(prep: Prepared, log: Path) -> dict[str, str]:
+    """The environment for a simulated-forward server on this node (also the other nodes' `launch`)."""
+    from dpbench import faults
+
+    faults.inject_if_requested("server-sim")
+    records = step_dir(prep.options, log.with_suffix(""))
+    if prep.config.node_rank == 0 and records.is_dir() and any(records.glob("rank*.jsonl")):
+        raise ServerRunError(
+            f"{records} already holds step records; give a new --step-records-dir (records of "
+            f"two runs in one file cannot be lined up)"
+        )
+    env, _ = _sim_setup(prep, log.with_suffix(""))
+    return env
 
 
 def mark_simulated(result: dict[str, Any], cost_model: str) -> None:
@@ -367,8 +394,6 @@ def execute(
     Raises :class:`RunIncomplete` (carrying the partial result) when a server process
     died during the run, and :class:`ServerStartError` when it never became ready.
     """
-    from dpbench import faults
-
     opts, cfg = prep.options, prep.config
     if cfg.node_rank != 0:
         raise ServerRunError(
@@ -393,9 +418,10 @@ def execute(
     env: dict[str, str] | None = None
     executor: dict[str, Any] = {"kind": "gpu"}
     run_dir = log.with_suffix("")
+    notes = [*prep.notes, f"launch_server flags read from {prep.flags.source}"]
     if opts.simulate_forward:
-        faults.inject_if_requested("server-sim")
-        env, executor = _sim_setup(prep, run_dir)
+        env = sim_launch_env(prep, log)
+        _, executor = _sim_setup(prep, run_dir)
     died: str | None = None
     ready_s = float("nan")
     load = None
@@ -430,17 +456,22 @@ def execute(
         from dpbench.server.steps import StepRecordError, read_records, since, summarise
 
         try:
-            records = since(read_records(run_dir / "steps", cfg.dp_size), t_load)
+            records = since(read_records(step_dir(opts, run_dir), cfg.dp_size), t_load)
             step_metrics, table = summarise(records)
         except StepRecordError as exc:
-            if died is None:
+            if died is None and cfg.nnodes == 1:
                 raise
+            # a dead rank's or another node's records: the step metrics stay absent
             extra["steps_error"] = str(exc)
+            if cfg.nnodes > 1:
+                notes.append(
+                    f"step metrics absent: {exc} (other nodes write their ranks' records "
+                    f"locally unless every node is given one shared --step-records-dir)"
+                )
         else:
             metrics.update(step_metrics)
             extra["steps"] = table
-        extra["step_records_dir"] = str(run_dir / "steps")
-    notes = [*prep.notes, f"launch_server flags read from {prep.flags.source}"]
+        extra["step_records_dir"] = str(step_dir(opts, run_dir))
     if died is not None:
         extra["incomplete"] = f"server process died during the run: {died}"
         notes.append(extra["incomplete"])

@@ -54,13 +54,17 @@ def boot_dir() -> Path:
     return Path(__file__).resolve().parent / "_boot"
 
 
-def omp_bind(dp_size: int, cores: int | None = None) -> str:
-    """``SGLANG_CPU_OMP_THREADS_BIND``: one core per rank, round-robin over this machine's cores."""
+def omp_bind(local_ranks: int, cores: int | None = None, first_rank: int = 0) -> str:
+    """``SGLANG_CPU_OMP_THREADS_BIND``: one core per local rank, round-robin over this machine's cores.
+
+    ``first_rank`` (the node's first global rank) spreads several nodes on one machine
+    (the loopback multi-node test) over different cores.
+    """
     n = cores or os.cpu_count() or 1
-    return "|".join(str(r % n) for r in range(dp_size))
+    return "|".join(str((first_rank + r) % n) for r in range(local_ranks))
 
 
-def server_env(config_path: str | Path, *, dp_size: int) -> dict[str, str]:
+def server_env(config_path: str | Path, *, dp_size: int, first_rank: int = 0) -> dict[str, str]:
     """Environment for ``sglang.launch_server`` so that every process it starts is hooked."""
     pythonpath = os.pathsep.join(
         p for p in (str(boot_dir()), os.environ.get("PYTHONPATH", "")) if p
@@ -71,7 +75,7 @@ def server_env(config_path: str | Path, *, dp_size: int) -> dict[str, str]:
         # SGLang's CPU engine path; without the bind list its scheduler asserts ranks <= NUMA nodes
         "SGLANG_USE_CPU_ENGINE": "1",
         "CUDA_VISIBLE_DEVICES": "",
-        "SGLANG_CPU_OMP_THREADS_BIND": omp_bind(dp_size),
+        "SGLANG_CPU_OMP_THREADS_BIND": omp_bind(dp_size, first_rank=first_rank),
         # DP cooperation metrics (num_prefill_ranks) on /metrics
         "SGLANG_ENABLE_METRICS_DP_ATTENTION": "1",
     }

@@ -1,0 +1,104 @@
+"""The simulated-forward hook registry: every hook installs on each release's real wheel; a changed target fails loudly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+from conftest import TEST_RELEASES
+
+from dpbench.sglang_compat.simforward import hooks
+from dpbench.sglang_compat.simforward.config import SimForwardConfig, omp_bind, server_env
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("release", TEST_RELEASES)
+def test_every_hook_installs_on_the_real_wheel(release):
+    from dpbench.envs.venv import ensure_server_env
+
+    python = ensure_server_env(release).python
+    proc = subprocess.run(
+        [str(python), "-m", "dpbench.sglang_compat.simforward.check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    verdict = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert verdict["ok"], verdict
+    assert sorted(verdict["hooked"]) == sorted(h.target for h in hooks.REGISTRY)
+
+
+def _fake_runner_module(**methods) -> types.ModuleType:
+    mod = types.ModuleType("sglang.srt.model_executor.model_runner")
+    mod.ModelRunner = type("ModelRunner", (), methods)
+    mod.ModelRunnerOutput = object
+    mod.LogitsProcessorOutput = object
+    return mod
+
+
+def test_a_missing_member_fails_naming_it():
+    mod = _fake_runner_module(load_model=lambda self: None)
+    with pytest.raises(
+        hooks.HookTargetChanged, match=r"ModelRunner\.init_attention_backends is missing"
+    ):
+        hooks.apply(mod)
+
+
+def test_a_changed_signature_fails_naming_the_parameter():
+    def forward(self, batch):  # renamed parameter: the stand-in reads forward_batch
+        return None
+
+    hook = next(h for h in hooks.REGISTRY if h.member == "ModelRunner.forward")
+    mod = _fake_runner_module(forward=forward)
+    with pytest.raises(hooks.HookTargetChanged, match=r"no longer takes forward_batch"):
+        hooks.check(mod, hook)
+
+
+def test_the_server_environment_hooks_every_process_and_binds_one_core_per_rank(tmp_path):
+    conf = SimForwardConfig(record_dir=str(tmp_path), cost_factory="m:f")
+    env = server_env(conf.write(tmp_path / "c.json"), dp_size=4)
+    assert env["PYTHONPATH"].split(":")[0].endswith("simforward/_boot")
+    assert env["SGLANG_ENABLE_METRICS_DP_ATTENTION"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert omp_bind(4, cores=2) == "0|1|0|1" and omp_bind(1, cores=2, first_rank=1) == "1"
+    with pytest.raises(ValueError, match="time_scale"):
+        SimForwardConfig(record_dir="x", cost_factory="m:f", time_scale=0)
+
+
+def test_the_rank_cost_charges_a_rank_its_own_attention_and_everyones_moe():
+    from dpbench.server.simcost import rank_cost
+
+    cost = rank_cost("deepseek-v3", 2)
+    extend = {
+        "kind": "extend",
+        "num_reqs": 1,
+        "new_tokens": 2048,
+        "context_tokens": 2048,
+        "attn_pairs": 2048 * 2049 // 2,
+    }
+    idle = {"kind": "idle", "num_reqs": 0, "new_tokens": 0, "context_tokens": 0, "attn_pairs": 0}
+    prefilling = cost(extend, [2048, 0], 0)
+    beside = cost(idle, [2048, 0], 1)  # an idle rank still runs the MoE over the other's tokens
+    alone = cost(idle, [0, 0], 1)
+    assert prefilling > beside > alone > 0
+    assert cost(extend, [2048, 0], 0) == prefilling  # deterministic
+
+
+def test_the_start_up_module_does_nothing_without_the_config_variable():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; import sitecustomize; print(any('PostImport' in type(f).__name__ for f in sys.meta_path))",
+        ],
+        capture_output=True,
+        text=True,
+        env={
+            "PYTHONPATH": str(
+                __import__("dpbench.sglang_compat.simforward", fromlist=["boot_dir"]).boot_dir()
+            )
+        },
+    )
+    assert proc.stdout.strip() == "False", proc.stderr
