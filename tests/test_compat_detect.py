@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import subprocess
 import textwrap
 from types import SimpleNamespace
@@ -82,7 +83,15 @@ def fake_api(
         def create_simulated(cls, disable=False, mock_allocator=None, page_size=1): ...
 
     ns: dict = {}
-    exec(f"def __init__(self, {', '.join(delayer_required)}, metrics_collector=None): ...", ns)
+    # where the delayer reads DP attention from: its own server_args (old) or the runtime context
+    flag = "get_parallel().enable_dp_attention" if budget_api else "server_args.enable_dp_attention"
+    init_src = (
+        f"def __init__(self, {', '.join(delayer_required)}, metrics_collector=None):\n"
+        f"    self.enable_dp_attention = {flag}\n"
+    )
+    filename = f"<fake PrefillDelayer {id(ns)}>"
+    linecache.cache[filename] = (len(init_src), None, init_src.splitlines(True), filename)
+    exec(compile(init_src, filename, "exec"), ns)
     PrefillDelayer = type("PrefillDelayer", (), {"__init__": ns["__init__"]})
     exec(f"def finalize(self, *, {finalize_kw}): ...", ns)
 

@@ -165,8 +165,17 @@ class _GroupHandle:
 
 
 def needs_runtime_context(generation: str) -> bool:
-    """Whether this generation's delayer reads flags or sizes from ``sglang.srt.runtime_context``."""
-    return generation != GENERATION_ARGS
+    """Whether this generation's delayer reads flags or sizes from ``sglang.srt.runtime_context``.
+
+    0.5.18 still takes ``server_args`` (the ``args`` shape) but reads DP attention from the
+    runtime context: the table's ``PrefillDelayer DP-attention flag``.
+    """
+    from dpbench.sglang_compat.detect import variant
+
+    return (
+        generation != GENERATION_ARGS
+        or variant("PrefillDelayer DP-attention flag") == "runtime_context"
+    )
 
 
 def publish_runtime_context(dp_size: int, settings: DelayerSettings) -> None:

@@ -157,6 +157,15 @@ def _admitted_extend_shape(req: Any) -> str:
     return "Req has none of set_extend_range, extend_end, set_extend_input_len"
 
 
+def _dp_flag_shape(delayer: Any) -> str:
+    src = inspect.getsource(delayer.__init__)
+    if "server_args.enable_dp_attention" in src:
+        return "server_args.enable_dp_attention"
+    if "get_parallel" in src or "parallel." in src:
+        return "runtime_context.get_parallel()"
+    return "PrefillDelayer.__init__ reads DP attention from neither server_args nor get_parallel()"
+
+
 def _max_prefill_bs_shape(api: Any) -> str:
     if api.PrefillDelayer is None:
         return ABSENT
@@ -223,6 +232,7 @@ def observe(api: Any) -> dict[str, str]:
     seen.update(
         {
             "PrefillDelayer.__init__": _safe(lambda: _required(delayer.__init__)),
+            "PrefillDelayer DP-attention flag": _safe(lambda: _dp_flag_shape(delayer)),
             "PrefillDelayerSinglePassExecutor.__init__": _safe(
                 lambda: _fmt(_params(executor.__init__))
             ),

@@ -28,6 +28,8 @@ feature                                        variants (releases)
 ``PrefillDelayer.__init__``                    args (0.5.14–0.5.18), sizes_group
                                                (0.5.19–0.5.20), group (0.5.21),
                                                runtime_context (0.5.22–0.5.23)
+``PrefillDelayer DP-attention flag``           server_args (0.5.14–0.5.17),
+                                               runtime_context (0.5.18–0.5.23)
 ``PrefillDelayerSinglePassExecutor.finalize``  actual_prefill (0.5.14–0.5.17),
                                                actual_prefill_bs (0.5.18–0.5.23)
 ``max_prefill_bs bookkeeping``                 running_max (0.5.14–0.5.16), decayed_max
@@ -251,6 +253,24 @@ FEATURES: tuple[Feature, ...] = (
                 "max_delay_passes, token_usage_low_watermark",
                 span("0.5.22", "0.5.23"),
                 "group, sizes and flags from runtime_context.get_parallel()",
+            ),
+        ),
+    ),
+    Feature(
+        "PrefillDelayer DP-attention flag",
+        "delayer",
+        (
+            Variant(
+                "server_args",
+                "server_args.enable_dp_attention",
+                span("0.5.14", "0.5.17"),
+                "read from the server_args the constructor is given",
+            ),
+            Variant(
+                "runtime_context",
+                "runtime_context.get_parallel()",
+                span("0.5.18", "0.5.23"),
+                "read from the published runtime context, even where server_args is still passed (0.5.18)",
             ),
         ),
     ),
