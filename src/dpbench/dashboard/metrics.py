@@ -30,7 +30,7 @@ class Direction:
 
 # (pattern on the metric name, better, why). First match wins; keep specific rows first.
 DIRECTIONS: tuple[tuple[str, str, str], ...] = (
-    (r"^placement_code$", "none", "a category (early / post-kv / …), not a quantity"),
+    (r"^placement_code", "none", "a category (early / post-kv / …), not a quantity"),
     (r"^pr31835_conforming_cases", "higher", "cases that behave as PR #31835 states"),
     (r"^chunked_negotiates", "higher", "PR #31835 makes add_chunked_req negotiate"),
     (r"^kv_exits_before_negotiation", "none", "describes the placement; no better value"),
@@ -86,7 +86,7 @@ def direction(benchmark: str, declared: str | None = None) -> Direction:
 # The metrics that decide the question, in the order the summary shows them:
 # (column key, heading, pattern on the metric name). First matching metric per tier wins.
 KEY_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("placement", "placement", r"^placement_code$"),
+    ("placement", "placement", r"^placement_code"),
     ("false_reports", "false prefillable reports", r"^false_prefillable_reports"),
     ("mixed", "DP-mixed fraction", r"dp_mixed_step_fraction|dp_mixed_fraction"),
     ("decode_beside", "decode-rank s beside prefill", r"decode.*beside|beside.*prefill"),
