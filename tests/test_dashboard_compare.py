@@ -149,21 +149,21 @@ def test_fidelity_pairs_twin_and_simulated_server_on_the_same_scenario():
                 "twin",
                 "TwinHighKV",
                 "request_throughput",
-                {"spec": "s", "dp_size": "4", "delayer": "on"},
+                {"spec": "s", "dp_size": "4", "chunked_prefill": "default", "delayer": "on"},
                 2.0,
             ),
             chart(
                 "twin",
                 "TwinHighKV",
                 "request_throughput",
-                {"spec": "s", "dp_size": "8", "delayer": "on"},
+                {"spec": "s", "dp_size": "4", "chunked_prefill": "2x", "delayer": "on"},
                 9.0,
             ),
             chart(
                 "server",
                 "ServeSimulated",
                 "request_throughput_per_s",
-                {"spec": "s", "dp_size": "4"},
+                {"spec": "s", "dp_size": "4", "delayer": "on"},
                 2.5,
                 "simulated",
             ),
@@ -177,7 +177,12 @@ def test_fidelity_pairs_twin_and_simulated_server_on_the_same_scenario():
         ]
     }
     (p,) = pairs(model)
-    assert p["scenario"] == {"spec": "s", "dp_size": "4", "delayer": "on"}
+    assert p["scenario"] == {
+        "spec": "s",
+        "dp_size": "4",
+        "chunked_prefill": "default",
+        "delayer": "on",
+    }
     assert p["rows"] == [[0, 2.0, None, None, 2.5, None, None, pytest.approx(-20.0)]]
 
 

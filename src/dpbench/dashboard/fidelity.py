@@ -4,8 +4,8 @@ The simulated-forward server (an asv class in ``benchmarks/server.py`` whose nam
 contains "Simulated"; every number marked ``executor: simulated``) runs SGLang's real
 server processes with only the model forward replaced by the cost model; the twin runs
 SGLang's real adder and delayer in lockstep ranks. Where both measured the same metric
-on the same scenario (common parameters equal, ``workload`` read as ``spec``) on a
-commit, the two values go side by side, with the twin's deviation from the server.
+on the same scenario (common parameters equal, ``workload`` read as ``spec``, a
+parameter only one tier has at ``default``) on a commit, the two values go side by side, with the twin's deviation from the server.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ def _name(chart: dict[str, Any]) -> str:
 
 
 def _same_scenario(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Common parameters equal; a parameter only one tier has must be at its default there
+    (e.g. the twin's ``chunked_prefill=default`` is what the server runs without the axis)."""
     common = set(a) & set(b)
-    return bool(common) and all(a[k] == b[k] for k in common)
+    extra = [v for k, v in [*a.items(), *b.items()] if k not in common]
+    return bool(common) and all(a[k] == b[k] for k in common) and all(v == "default" for v in extra)
 
 
 def pairs(model: dict[str, Any]) -> list[dict[str, Any]]:

@@ -55,6 +55,7 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
         "a rate",
     ),
     (r"tflops|gbps|bandwidth|flop_fraction|bw_fraction", "higher", "achieved rate vs ceiling"),
+    (r"wall_over|overhead", "lower", "wall time beyond the ranks' own work: overhead"),
     (r"wall_time|_us_|_ms_|_ms$|_us$|_s$|seconds", "lower", "a duration"),
 )
 _COMPILED = tuple((re.compile(p), b, w) for p, b, w in DIRECTIONS)
