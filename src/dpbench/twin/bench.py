@@ -69,7 +69,7 @@ def saturated_rank(
         add(i, prompt, 512)
     steps = 0
     while rank.waiting or rank.chunked is not None:
-        rank.complete(rank.plan(), float(steps))
+        rank.complete(rank.plan())
         steps += 1
         if steps > 10 * running:
             raise RuntimeError(

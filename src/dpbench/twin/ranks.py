@@ -34,18 +34,40 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from dpbench.procs import die_with_parent
 from dpbench.twin.config import TwinConfig
 from dpbench.twin.cost import ExecutionTimeModel, RankWork
-from dpbench.twin.scheduler import KIND_EXTEND, KIND_IDLE, KIND_NAMES, RankScheduler, TrackedReq
+from dpbench.twin.scheduler import KIND_IDLE, KIND_NAMES, PassPlan, RankScheduler, TrackedReq
 
-# Per-rank fields of the end-of-step all-gather.
-_F_KIND, _F_REQS, _F_NEW, _F_CTX, _F_PAIRS, _F_LOAD, _F_WORK, _F_KV, _F_DONE = range(9)
-_NUM_FIELDS = 9
+
+class StepRow(NamedTuple):
+    """What one rank tells the others at the end of a step (the twin's end-of-step all-gather)."""
+
+    kind: int
+    num_reqs: int
+    new_tokens: int
+    context_tokens: int
+    attn_pairs: int
+    load: int  # requests held: shortest-queue dispatch compares it
+    has_work: int
+    kv_used: int
+    finished: int  # requests this rank finished so far
+
+    def work(self) -> RankWork:
+        return RankWork(
+            KIND_NAMES[self.kind],
+            self.num_reqs,
+            self.new_tokens,
+            self.context_tokens,
+            self.attn_pairs,
+        )
+
+
+_NUM_FIELDS = len(StepRow._fields)
 STALL_STEPS = 2000  # consecutive all-idle steps with work left: nothing can ever run
 
 
@@ -194,26 +216,123 @@ def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> No
     os._exit(0)
 
 
-def lockstep(
-    rank: int,
-    job: RankJob,
-    group: Any,
-    *,
-    progress: Any | None = None,
-) -> RankResult:
-    """The twin's main loop on one rank (see the module docstring)."""
+class Dispatcher:
+    """Hands the trace's arrivals to ranks: round robin by arrival index, or shortest queue by the
+    loads all ranks gathered last step. Every rank runs one and takes the same decisions."""
+
+    def __init__(self, arrivals: Arrivals, dp_size: int, rank: int, policy: str) -> None:
+        self.arrivals = arrivals
+        self.n = dp_size
+        self.rank = rank
+        self.policy = policy
+        self.next_i = 0
+        self.loads = [0] * dp_size
+        self._rr = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next_i >= len(self.arrivals)
+
+    def next_arrival_s(self) -> float:
+        return float(self.arrivals.arrival_s[self.next_i])
+
+    def take(self, clock: float) -> list[int]:
+        """Trace indices that arrived by ``clock`` and go to this rank."""
+        mine = []
+        a = self.arrivals
+        while self.next_i < len(a) and a.arrival_s[self.next_i] <= clock:
+            if self.policy == "round_robin":
+                target = self._rr % self.n
+                self._rr += 1
+            else:
+                target = min(range(self.n), key=lambda r: (self.loads[r], r))
+            self.loads[target] += 1
+            if target == self.rank:
+                mine.append(self.next_i)
+            self.next_i += 1
+        return mine
+
+    def observe(self, rows: Sequence[StepRow]) -> None:
+        self.loads = [r.load for r in rows]
+
+
+class StepRecords:
+    """This rank's per-step records, appended once per step after the clock advanced."""
+
+    def __init__(self) -> None:
+        self.kind: list[int] = []
+        self.new_tokens: list[int] = []
+        self.kv_used: list[int] = []
+        self.outcome: list[int] = []
+        self.reported: list[int] = []
+        self.allowed: list[int] = []
+        self.admitted: list[int] = []
+        self.chunk: list[int] = []
+        self.pass_us: list[float] = []
+        self.step_end: list[float] = []
+        self.step_dur: list[float] = []
+        self.labels: dict[tuple[str, str, str, str], int] = {}
+
+    def add(self, plan: PassPlan, kv_used: int, pass_us: float, end_s: float, dur_s: float) -> None:
+        self.kind.append(plan.kind)
+        self.new_tokens.append(plan.new_tokens)
+        self.kv_used.append(kv_used)
+        self.admitted.append(plan.admitted)
+        self.chunk.append(int(plan.continued_chunk))
+        self.pass_us.append(pass_us)
+        self.step_end.append(end_s)
+        self.step_dur.append(dur_s)
+        if plan.outcome is not None:
+            key = plan.outcome.labels()
+            self.outcome.append(self.labels.setdefault(key, len(self.labels)))
+            self.reported.append(int(bool(plan.reported_prefillable)))
+            self.allowed.append(int(plan.outcome.output_allow))
+        else:  # no delayer: nothing negotiated
+            self.outcome.append(-1)
+            self.reported.append(-1)
+            self.allowed.append(-1)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+class StallDetector:
+    """Fails the run when no rank ran a forward for STALL_STEPS steps while requests wait."""
+
+    def __init__(self) -> None:
+        self.idle_run = 0
+
+    def check(
+        self,
+        rows: Sequence[StepRow],
+        any_work: bool,
+        trace_done: bool,
+        rank: int,
+        sched: RankScheduler,
+    ) -> None:
+        if all(r.kind == KIND_IDLE for r in rows) and any_work and trace_done:
+            self.idle_run += 1
+            if self.idle_run >= STALL_STEPS:
+                raise RuntimeError(
+                    f"no rank ran a forward for {STALL_STEPS} steps while requests wait: "
+                    f"rank {rank} holds {len(sched.waiting)} waiting, {len(sched.running)} running, "
+                    f"{sched.kv_used}/{sched.kv_capacity} KV tokens used; a request may not fit the KV pool"
+                )
+        else:
+            self.idle_run = 0
+
+
+def _build_rank(rank: int, job: RankJob, group: Any) -> RankScheduler:
+    """The rank's scheduler with SGLang's real delayer on ``group`` (when the delayer is on)."""
     from dpbench.sglang_compat.delayer import DelayerSettings, RecordingCollector, build_delayer
 
-    cfg = job.config
-    n = cfg.dp_size
-    s = cfg.scheduler
-    kit = job.make_kit()
+    s = job.config.scheduler
     collector = None
     delayer = None
     if s.enable_prefill_delayer:
         collector = RecordingCollector()
         delayer = build_delayer(
-            dp_size=n,
+            dp_size=job.config.dp_size,
             cpu_group=group,
             settings=DelayerSettings(
                 max_delay_passes=s.prefill_delayer_max_delay_passes,
@@ -221,157 +340,123 @@ def lockstep(
             ),
             metrics_collector=collector,
         )
-    sched = RankScheduler(
-        kit=kit,
+    return RankScheduler(
+        kit=job.make_kit(),
         settings=s,
         defaults=job.defaults,
         kv_tokens=job.kv_tokens,
         delayer=delayer,
         collector=collector,
     )
-    arrivals = job.arrivals
-    total = len(arrivals)
-    local = [0] * _NUM_FIELDS
 
-    rec_kind: list[int] = []
-    rec_new: list[int] = []
-    rec_kv: list[int] = []
-    rec_outcome: list[int] = []
-    rec_reported: list[int] = []
-    rec_allowed: list[int] = []
-    rec_admitted: list[int] = []
-    rec_chunk: list[int] = []
-    rec_pass_us: list[float] = []
-    step_end: list[float] = []
-    step_dur: list[float] = []
-    labels: dict[tuple[str, str, str, str], int] = {}
+
+def _admit(
+    sched: RankScheduler, job: RankJob, indices: list[int], served: list[TrackedReq]
+) -> None:
+    a = job.arrivals
+    for i in indices:
+        req = sched.kit.new_req(
+            a.ids[i],
+            a.token_ids(i),
+            max_new_tokens=int(a.max_new_tokens[i]),
+            ignore_eos=a.ignore_eos,
+        )
+        tracked = TrackedReq(i, req, float(a.arrival_s[i]), int(a.max_new_tokens[i]))
+        served.append(tracked)
+        sched.enqueue(tracked)
+
+
+def lockstep(
+    rank: int,
+    job: RankJob,
+    group: Any,
+    *,
+    progress: Any | None = None,
+) -> RankResult:
+    """The twin's main loop on one rank (see the module docstring): dispatch, pass, exchange, clock, records."""
+    sched = _build_rank(rank, job, group)
+    dispatch = Dispatcher(job.arrivals, job.config.dp_size, rank, job.config.dispatch)
+    records = StepRecords()
+    stall = StallDetector()
     served: list[TrackedReq] = []
     retractions = 0
-
-    clock = 0.0
-    next_i = 0
-    loads = [0] * n
-    any_work = False
     finished_local = 0
-    idle_run = 0
-    rr = 0
+    clock = 0.0
+    any_work = False
     t_loop = time.perf_counter()
     cpu_loop = time.thread_time()
     while True:
-        if not any_work:
-            if next_i >= total:
+        if not any_work:  # every rank idle: jump to the next arrival, or stop
+            if dispatch.exhausted:
                 break
-            clock = max(clock, float(arrivals.arrival_s[next_i]))
-        # 1. dispatch the arrivals up to now (same decision on every rank)
-        while next_i < total and arrivals.arrival_s[next_i] <= clock:
-            if cfg.dispatch == "round_robin":
-                target = rr % n
-                rr += 1
-            else:
-                target = min(range(n), key=lambda r: (loads[r], r))
-            loads[target] += 1
-            if target == rank:
-                req = kit.new_req(
-                    arrivals.ids[next_i],
-                    arrivals.token_ids(next_i),
-                    max_new_tokens=int(arrivals.max_new_tokens[next_i]),
-                    ignore_eos=arrivals.ignore_eos,
-                )
-                tracked = TrackedReq(
-                    next_i,
-                    req,
-                    float(arrivals.arrival_s[next_i]),
-                    int(arrivals.max_new_tokens[next_i]),
-                )
-                served.append(tracked)
-                sched.enqueue(tracked)
-            next_i += 1
-        # 2. the scheduler pass (SGLang's real adder + delayer)
+            clock = max(clock, dispatch.next_arrival_s())
+        _admit(sched, job, dispatch.take(clock), served)
         t0 = time.perf_counter()
-        plan = sched.plan()
-        rec_pass_us.append((time.perf_counter() - t0) * 1e6)
-        # 3. the forward's effect on this rank, then everyone's forward
-        finished = sched.complete(plan, float("nan"))
-        finished_local += len(finished)
+        plan = sched.plan()  # SGLang's real adder + delayer (its all-gather inside)
+        pass_us = (time.perf_counter() - t0) * 1e6
+        done = sched.complete(plan)
+        finished_local += len(done.finished)
         retractions += plan.retracted
-        local[_F_KIND] = plan.kind
-        local[_F_REQS] = len(plan.batch)
-        local[_F_NEW] = plan.new_tokens
-        local[_F_CTX] = plan.context_tokens
-        local[_F_PAIRS] = plan.attn_pairs
-        local[_F_LOAD] = sched.load
-        local[_F_WORK] = int(sched.has_work)
-        local[_F_KV] = sched.kv_used
-        local[_F_DONE] = finished_local
-        rows = job.exchange.all_gather(rank, local, group)
-        works = [
-            RankWork(KIND_NAMES[r[_F_KIND]], r[_F_REQS], r[_F_NEW], r[_F_CTX], r[_F_PAIRS])
-            for r in rows
-        ]
-        dur = job.cost.step_time(works)
-        clock += dur
-        step_end.append(clock)
-        step_dur.append(dur)
-        # stamp this step's first tokens and finishes with its end time
-        if plan.kind == KIND_EXTEND or finished:
-            for t in plan.batch:
-                if t.first_token_s != t.first_token_s:  # NaN: got its first token this step
-                    t.first_token_s = clock
-            for t in finished:
-                t.finish_s = clock
-        loads = [r[_F_LOAD] for r in rows]
-        any_work = any(r[_F_WORK] for r in rows)
-        # records
-        rec_kind.append(plan.kind)
-        rec_new.append(plan.new_tokens)
-        rec_kv.append(sched.kv_used)
-        rec_admitted.append(plan.admitted)
-        rec_chunk.append(int(plan.continued_chunk))
-        if plan.outcome is not None:
-            key = plan.outcome.labels()
-            rec_outcome.append(labels.setdefault(key, len(labels)))
-            rec_reported.append(int(bool(plan.reported_prefillable)))
-            rec_allowed.append(int(plan.outcome.output_allow))
-        else:
-            rec_outcome.append(-1)
-            rec_reported.append(-1)
-            rec_allowed.append(-1)
-        if all(r[_F_KIND] == KIND_IDLE for r in rows) and any_work and next_i >= total:
-            idle_run += 1
-            if idle_run >= STALL_STEPS:
-                raise RuntimeError(
-                    f"no rank ran a forward for {STALL_STEPS} steps while requests wait: "
-                    f"rank {rank} holds {len(sched.waiting)} waiting, {len(sched.running)} running, "
-                    f"{sched.kv_used}/{sched.kv_capacity} KV tokens used; a request may not fit the KV pool"
-                )
-        else:
-            idle_run = 0
-        if progress is not None and len(step_end) % 256 == 0:
-            progress.send(("progress", rank, sum(r[_F_DONE] for r in rows), len(step_end), clock))
+        row = StepRow(
+            kind=plan.kind,
+            num_reqs=len(plan.batch),
+            new_tokens=plan.new_tokens,
+            context_tokens=plan.context_tokens,
+            attn_pairs=plan.attn_pairs,
+            load=sched.load,
+            has_work=int(sched.has_work),
+            kv_used=sched.kv_used,
+            finished=finished_local,
+        )
+        rows = [StepRow(*r) for r in job.exchange.all_gather(rank, row, group)]
+        dur = job.cost.step_time([r.work() for r in rows])
+        clock += dur  # the one place simulated time moves; stamps come after it
+        for t in done.first_token:
+            t.first_token_s = clock
+        for t in done.finished:
+            t.finish_s = clock
+        dispatch.observe(rows)
+        any_work = any(r.has_work for r in rows)
+        records.add(plan, sched.kv_used, pass_us, clock, dur)
+        stall.check(rows, any_work, dispatch.exhausted, rank, sched)
+        if progress is not None and len(records) % 256 == 0:
+            progress.send(("progress", rank, sum(r.finished for r in rows), len(records), clock))
     loop_wall = time.perf_counter() - t_loop
     loop_cpu = time.thread_time() - cpu_loop
     if progress is not None:
-        progress.send(("progress", rank, total, len(step_end), clock))
+        progress.send(("progress", rank, len(job.arrivals), len(records), clock))
+    return _result(rank, sched, records, served, retractions, loop_wall, loop_cpu)
 
+
+def _result(
+    rank: int,
+    sched: RankScheduler,
+    rec: StepRecords,
+    served: list[TrackedReq],
+    retractions: int,
+    loop_wall: float,
+    loop_cpu: float,
+) -> RankResult:
+    nan = float("nan")
     return RankResult(
         rank=rank,
-        steps=len(rec_kind),
-        kind=np.asarray(rec_kind, dtype=np.int8),
-        new_tokens=np.asarray(rec_new, dtype=np.int32),
-        kv_used=np.asarray(rec_kv, dtype=np.int32),
-        outcome=np.asarray(rec_outcome, dtype=np.int16),
-        reported=np.asarray(rec_reported, dtype=np.int8),
-        allowed=np.asarray(rec_allowed, dtype=np.int8),
-        admitted=np.asarray(rec_admitted, dtype=np.int16),
-        chunk_continued=np.asarray(rec_chunk, dtype=np.int8),
-        pass_us=np.asarray(rec_pass_us, dtype=np.float32),
-        outcome_labels=[k for k, _ in sorted(labels.items(), key=lambda kv: kv[1])],
+        steps=len(rec),
+        kind=np.asarray(rec.kind, dtype=np.int8),
+        new_tokens=np.asarray(rec.new_tokens, dtype=np.int32),
+        kv_used=np.asarray(rec.kv_used, dtype=np.int32),
+        outcome=np.asarray(rec.outcome, dtype=np.int16),
+        reported=np.asarray(rec.reported, dtype=np.int8),
+        allowed=np.asarray(rec.allowed, dtype=np.int8),
+        admitted=np.asarray(rec.admitted, dtype=np.int16),
+        chunk_continued=np.asarray(rec.chunk, dtype=np.int8),
+        pass_us=np.asarray(rec.pass_us, dtype=np.float32),
+        outcome_labels=[k for k, _ in sorted(rec.labels.items(), key=lambda kv: kv[1])],
         requests=[
             (
                 t.index,
                 t.arrival_s,
-                float(t.first_token_s or float("nan")),
-                float(t.finish_s or float("nan")),
+                nan if t.first_token_s is None else t.first_token_s,
+                nan if t.finish_s is None else t.finish_s,
                 len(t.req.output_ids),
                 t.retractions,
             )
@@ -379,8 +464,8 @@ def lockstep(
         ],
         retractions=retractions,
         kv_capacity=sched.kv_capacity,
-        step_end_s=np.asarray(step_end, dtype=np.float64) if rank == 0 else None,
-        step_dur_s=np.asarray(step_dur, dtype=np.float64) if rank == 0 else None,
+        step_end_s=np.asarray(rec.step_end, dtype=np.float64) if rank == 0 else None,
+        step_dur_s=np.asarray(rec.step_dur, dtype=np.float64) if rank == 0 else None,
         loop_wall_s=loop_wall,
         loop_cpu_s=loop_cpu,
         max_prefill_bs_kind=sched.max_prefill_bs.kind,

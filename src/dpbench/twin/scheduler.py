@@ -55,7 +55,15 @@ class TrackedReq:
     retractions: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
+class Completed:
+    """What a step's forward did on a rank: who got a first token, who finished (stamped by the caller)."""
+
+    first_token: list[TrackedReq]
+    finished: list[TrackedReq]
+
+
+@dataclass(kw_only=True)
 class PassPlan:
     """What one rank runs this step, and what its delayer saw."""
 
@@ -166,32 +174,42 @@ class RankScheduler:
                 ctx += p + n
                 pairs += n * p + n * (n + 1) // 2
             return PassPlan(
-                KIND_EXTEND,
-                batch,
-                new_tokens,
-                ctx,
-                pairs,
-                outcome,
-                reported,
-                admitted,
-                0,
-                continuing,
+                kind=KIND_EXTEND,
+                batch=batch,
+                new_tokens=new_tokens,
+                context_tokens=ctx,
+                attn_pairs=pairs,
+                outcome=outcome,
+                reported_prefillable=reported,
+                admitted=admitted,
+                retracted=0,
+                continued_chunk=continuing,
             )
         retracted = self._make_room_for_decode()
         if self.running:
             ctx = sum(t.kv_tokens + 1 for t in self.running)
             return PassPlan(
-                KIND_DECODE,
-                list(self.running),
-                len(self.running),
-                ctx,
-                0,
-                outcome,
-                reported,
-                0,
-                retracted,
+                kind=KIND_DECODE,
+                batch=list(self.running),
+                new_tokens=len(self.running),
+                context_tokens=ctx,
+                attn_pairs=0,
+                outcome=outcome,
+                reported_prefillable=reported,
+                admitted=0,
+                retracted=retracted,
             )
-        return PassPlan(KIND_IDLE, [], 0, 0, 0, outcome, reported, 0, retracted)
+        return PassPlan(
+            kind=KIND_IDLE,
+            batch=[],
+            new_tokens=0,
+            context_tokens=0,
+            attn_pairs=0,
+            outcome=outcome,
+            reported_prefillable=reported,
+            admitted=0,
+            retracted=retracted,
+        )
 
     def _prefill_raw(
         self, executor: PassExecutor | None
@@ -292,8 +310,10 @@ class RankScheduler:
         return len(retracted)
 
     # -- effects of the step ------------------------------------------------------------
-    def complete(self, plan: PassPlan, end_s: float) -> list[TrackedReq]:
-        """Apply the step's forward to the rank's state at simulated time ``end_s``; return finished requests.
+    def complete(self, plan: PassPlan) -> Completed:
+        """Apply the step's forward to the rank's state; say who got a first token and who finished.
+
+        It never reads a clock: the caller stamps both once the step's end time is known.
 
         With the overlap scheduler (SGLang's default) a request that finishes in step k is
         only known finished when step k's results are processed, after step k+1 was
@@ -301,6 +321,7 @@ class RankScheduler:
         output discarded) through step k+1, and is released after it.
         """
         finished: list[TrackedReq] = []
+        first: list[TrackedReq] = []
         lagged = {id(t) for t in self.lagged}
         if plan.kind == KIND_EXTEND:
             for t in plan.batch:
@@ -309,7 +330,9 @@ class RankScheduler:
                 self.progress.set_computed(t.req, self._slots(t))
                 if t is self.chunked:
                     continue  # mid-prompt: no token yet
-                if self._emit_token(t, end_s):
+                if t.first_token_s is None:  # a retracted request keeps its first stamp
+                    first.append(t)
+                if self._emit_token(t):
                     finished.append(t)
                 self.running.append(t)
         elif plan.kind == KIND_DECODE:
@@ -324,7 +347,7 @@ class RankScheduler:
                 t.kv_tokens += 1
                 if id(t) in lagged:
                     continue  # finished last step: the overlap scheduler's extra decode
-                if self._emit_token(t, end_s):
+                if self._emit_token(t):
                     finished.append(t)
         release = self.lagged if self.overlap else finished
         self.lagged = finished if self.overlap else []
@@ -335,17 +358,13 @@ class RankScheduler:
                 self._release(t)
                 del self._by_req[id(t.req)]
             self.batch_is_full = False
-        for t in finished:
-            t.finish_s = end_s
         if not self.has_work:
             self.new_token_ratio = self.ratio_init
-        return finished
+        return Completed(first_token=first, finished=finished)
 
-    def _emit_token(self, t: TrackedReq, end_s: float) -> bool:
+    def _emit_token(self, t: TrackedReq) -> bool:
         """One output token for ``t``; True when it reaches max_new_tokens."""
         t.req.output_ids.append(0)
-        if t.first_token_s is None:
-            t.first_token_s = end_s
         return len(t.req.output_ids) >= t.max_new_tokens
 
     def _grow(self, t: TrackedReq, n: int) -> None:
