@@ -21,6 +21,8 @@ app = typer.Typer(
 DEFAULT_SGLANG = "0.5.23"
 SUMMARY_METRICS = (
     "dp_mixed_step_fraction",
+    "decode_rank_s_beside_prefill",
+    "decode_rank_time_beside_prefill_fraction",
     "false_prefillable_reports_count",
     "steps_count",
     "steps_mixed_count",

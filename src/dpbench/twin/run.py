@@ -157,7 +157,8 @@ def run_twin(
     notes = [f"cost model: {cost.describe()}"]
     if config.scheduler.enable_prefill_delayer:
         notes.append(
-            "delayer: SGLang's own PrefillDelayer negotiating over gloo; its queue trigger is off "
+            f"delayer: SGLang's own PrefillDelayer negotiating over "
+            f"{'an in-process group (rank threads)' if config.rank_mode == 'threads' else 'gloo'}; its queue trigger is off "
             "(prefill_delayer_queue_min_ratio unset, SGLang's default), so no wall-clock reading "
             "(max_delay_ms) reaches a verdict"
         )
