@@ -10,9 +10,10 @@
 Stopping sends SIGTERM to the whole process group, waits ``grace_s``, then SIGKILLs
 the group, and waits until no member is left. It runs on normal exit, on exceptions,
 on Ctrl-C (KeyboardInterrupt) and on SIGTERM to this process (converted to an
-exception while a server is up). If this process is SIGKILLed (asv's second timeout
-signal), the server's leader dies with it through ``PR_SET_PDEATHSIG``, and SGLang's
-own subprocesses set the same on themselves.
+exception while a server is up). The server runs under :mod:`dpbench.server.guard`,
+the group's leader: if this process is SIGKILLed (asv's second timeout signal), the
+guard gets SIGTERM through ``PR_SET_PDEATHSIG`` and takes the whole group down, also
+SGLang processes still importing (they set their own parent-death signal only later).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -161,8 +163,10 @@ class ServerProcess:
         self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
         self._log.write(f"# dpbench: {' '.join(self.cmd)}\n".encode())
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
+        # through the guard: it takes the whole group down if this process dies
+        guarded = [sys.executable, "-m", "dpbench.server.guard", "--", *self.cmd]
         self.proc = subprocess.Popen(
-            self.cmd,
+            guarded,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,66 @@
+"""``python -m dpbench.server.guard -- CMD…``: run CMD in this process group and take the whole group down with us.
+
+The launcher starts every server through this guard as the leader of a new session.
+SGLang's helper processes set a parent-death signal only once their imports are done
+(and ``multiprocessing``'s resource tracker never does), so a server whose parent is
+SIGKILLed during start-up would leave orphans. The guard asks Linux for SIGTERM when
+its own parent dies, and on SIGTERM or SIGINT it signals its whole process group:
+SIGTERM, a grace period, then SIGKILL (which ends the guard too). When CMD exits by
+itself, the guard clears what CMD left in the group and exits with CMD's status.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+from dpbench.procs import group_members
+
+GRACE_S = 15.0
+PR_SET_PDEATHSIG = 1
+
+
+def _others() -> list[int]:
+    me = os.getpid()
+    return [p for p in group_members(os.getpgrp()) if p != me]
+
+
+def _take_down_group(grace_s: float) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _others() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(os.getpgrp(), signal.SIGKILL)  # ends the guard as well
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        print("usage: python -m dpbench.server.guard -- CMD [ARGS…]", file=sys.stderr)
+        return 2
+    cmd = argv[argv.index("--") + 1 :]
+    parent = os.getppid()
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        return 1
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        _take_down_group(GRACE_S)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    child = subprocess.Popen(cmd)
+    rc = child.wait()
+    if _others():  # CMD is gone; nothing it started may outlive it
+        _take_down_group(GRACE_S)
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
