@@ -99,6 +99,8 @@ def batch_is_full_rule(source: str | None = None) -> str:
         if ln.strip() and not ln.strip().startswith("#")
     ]
     first = code[0] if code else ""
+    if first == "if (" and len(code) > 1:  # 0.5.20-0.5.21: the condition spans lines
+        first = "if " + code[1]
     if first.startswith("if self.enable_hierarchical_cache"):
         return BATCH_IS_FULL_ALWAYS  # the twin runs without hierarchical cache: the else branch
     if first.startswith(
