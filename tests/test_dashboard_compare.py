@@ -211,3 +211,25 @@ def test_commits_are_named_by_version_tag_or_hash_prefix():
         resolve_commit(MODEL, "33bf")
     with pytest.raises(CommitNotFound, match=re.escape("commits with results: v0.5.16 33bf16ff")):
         resolve_commit(MODEL, "0.4.0")
+
+
+def test_noise_free_levels_are_split_where_asvs_detector_splits_them():
+    """The build's shortcut for exact piecewise-constant series gives asv's own segments."""
+    import random
+
+    from asv.step_detect import detect_steps
+
+    from dpbench.dashboard.steps import _runs
+
+    rng = random.Random(0)
+    checked = 0
+    while checked < 40:
+        levels = [rng.choice([0, 1, 2, 5, 0.129, 0.175]) for _ in range(rng.randint(1, 4))]
+        ys: list[float] = []
+        while len(ys) < 30:
+            ys += [rng.choice(levels)] * rng.randint(2, 12)
+        runs = _runs(ys)
+        if len(runs) > len(ys) // 2:
+            continue
+        checked += 1
+        assert [s[:3] for s in detect_steps(ys)] == [s[:3] for s in runs], ys

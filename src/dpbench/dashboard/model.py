@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import functools
 import math
 import re
 from collections import Counter, defaultdict
@@ -271,6 +272,7 @@ def _natural(s: str) -> tuple[int, float, str]:
         return (1, 0.0, s)
 
 
+@functools.lru_cache(maxsize=4096)
 def param_value(text: str) -> str:
     """asv stores parameter values as their repr ("'on'", "4"): show them without the quotes."""
     try:

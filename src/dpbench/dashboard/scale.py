@@ -57,10 +57,51 @@ def _real_asv_files(source: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     return benchmarks, files
 
 
+# The twin's scenario grid (spec × DP × chunk size × delayer): the size one benchmark's
+# parameters reach in the suite, used to size the scale input when asked.
+TWIN_GRID = (
+    ["'long-prompt-burst'", "'agentic-multiturn'", "'long-context-chat'"],
+    ["2", "4", "8"],
+    ["'default'", "'2x'"],
+    ["'on'", "'off'"],
+)
+TWIN_GRID_NAMES = ["spec", "dp_size", "chunked_prefill", "delayer"]
+_PER_COMBO = ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75")
+
+
+def _spread(row: list[Any], columns: list[str], n: int) -> list[Any]:
+    """A result row re-laid over ``n`` parameter combinations: combination j takes the real
+    value (and statistics) of real combination j mod (real count)."""
+    out = list(row) + [None] * (len(columns) - len(row))
+    for name in _PER_COMBO:
+        j = columns.index(name)
+        values = out[j]
+        if isinstance(values, list) and values:
+            out[j] = [values[k % len(values)] for k in range(n)]
+    out[columns.index("params")] = [list(g) for g in TWIN_GRID]
+    for name in ("stats_number", "stats_repeat", "samples"):
+        j = columns.index(name)
+        if isinstance(out[j], list) and out[j]:
+            out[j] = [out[j][k % len(out[j])] for k in range(n)]
+    while out and out[-1] is None:
+        out.pop()
+    return out
+
+
 def synthesise(
-    source: Path, dest: Path, *, commits: int = 50, benchmarks: int = 40
+    source: Path,
+    dest: Path,
+    *,
+    commits: int = 50,
+    benchmarks: int = 40,
+    twin_grid: bool = False,
 ) -> dict[str, int]:
-    """Write a results tree at ``dest`` (replacing it) replicating ``source``'s real results."""
+    """Write a results tree at ``dest`` (replacing it) replicating ``source``'s real results.
+
+    ``twin_grid``: give every benchmark the twin's 36-scenario parameter grid, each
+    combination holding one of the source benchmark's real values (so the input has the
+    size of 40 twin-like benchmarks × their params, whatever tiers the source ran).
+    """
     source, dest = Path(source), Path(dest)
     meta, real = _real_asv_files(source)
     names = sorted({name for d in real for name in d["results"]})
@@ -83,9 +124,16 @@ def synthesise(
         for k, name in ((k, names[k % len(names)]) for k in range(benchmarks))
     }
     out_meta = {"version": meta.get("version", 2)}
+    n_combos = 1
+    for g in TWIN_GRID:
+        n_combos *= len(g)
     for new, old in renamed.items():
         if old in meta:
             out_meta[new] = {**meta[old], "name": new}
+            if twin_grid:
+                out_meta[new].update(
+                    params=[list(g) for g in TWIN_GRID], param_names=list(TWIN_GRID_NAMES)
+                )
     write_json(dest / "benchmarks.json", out_meta)
     base_date = real[0].get("date") or 0
     real_runs = sorted((source / "runs").glob("*/*/*.json")) if (source / "runs").is_dir() else []
@@ -95,6 +143,9 @@ def synthesise(
         results = {
             new: src["results"][old] for new, old in renamed.items() if old in src["results"]
         }
+        if twin_grid:
+            cols = src["result_columns"]
+            results = {k: _spread(v, cols, n_combos) for k, v in results.items()}
         data = {
             **src,
             "commit_hash": sha,
@@ -110,7 +161,12 @@ def synthesise(
             rec = json.loads(run.read_text())
             rec.setdefault("sglang", {})["commit"] = sha
             write_json(dest / "runs" / sha / run.parent.name / run.name, rec)
-    return {"commits": commits, "benchmarks": len(out_meta) - 1, "real_files": len(real)}
+    return {
+        "commits": commits,
+        "benchmarks": len(out_meta) - 1,
+        "params_each": n_combos if twin_grid else None,
+        "real_files": len(real),
+    }
 
 
 def inject_step(results: Path, benchmark: str, from_commit: int, factor: float) -> list[str]:
