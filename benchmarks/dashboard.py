@@ -2,8 +2,9 @@
 
 The input is SYNTHETIC by construction (:mod:`dpbench.dashboard.scale`): the suite's own
 real asv results (``results/``, from ``make bench``; or ``$DPBENCH_SCALE_SOURCE``)
-replicated over 50 made-up commits and 40 renamed benchmarks, on the machine
-``synthetic-scale-input``. It times the dashboard, not SGLang, so run it in the
+replicated over 50 made-up commits and 40 renamed benchmarks, each with the twin's
+36-scenario parameter grid (spec × DP × chunk size × delayer; 72,000 points), on the
+machine ``synthetic-scale-input``. It times the dashboard, not SGLang, so run it in the
 orchestrating venv, e.g.::
 
     .venv/bin/asv run --config asv.releases.json -E existing:.venv/bin/python \\
@@ -41,7 +42,9 @@ def _scale_input() -> tuple[Path, Path]:
     source = Path(os.environ.get("DPBENCH_SCALE_SOURCE") or results_dir())
     tmp = Path(tempfile.mkdtemp(prefix="dpbench-dashboard-bench-"))
     try:
-        scale.synthesise(source, tmp / "results", commits=COMMITS, benchmarks=BENCHMARKS)
+        scale.synthesise(
+            source, tmp / "results", commits=COMMITS, benchmarks=BENCHMARKS, twin_grid=True
+        )
     except scale.ScaleInputError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise NotImplementedError(str(exc)) from exc

@@ -7,6 +7,7 @@
   const commits = data.commits;
   const selA = document.getElementById("commit-a"), selB = document.getElementById("commit-b");
   const selM = document.getElementById("machine-select"), quiet = document.getElementById("show-quiet");
+  const MAX_BARS = 40;
   const COLOUR = {"worse": "#d62728", "better": "#2ca02c", "changed": "#1f77b4", "within noise": "#bbbbbb"};
 
   function metricName(row) {
@@ -45,8 +46,11 @@
           (quiet.checked || !isQuiet)) plotted.push(row);
     }
     const fromZero = rows.filter(r => r.change.pct == null && !DP.QUIET.includes(r.change.verdict)).length;
-    document.getElementById("change-note").textContent = fromZero ?
-      fromZero + " metric(s) changed from 0 on A: no percentage, listed in the table." : "";
+    const total = plotted.length;
+    plotted.splice(MAX_BARS);  // the most significant ones; the table lists every row
+    document.getElementById("change-note").textContent = (total > plotted.length ?
+      "The " + plotted.length + " most significant of " + total + " changes drawn; the table lists all. " : "") +
+      (fromZero ? fromZero + " metric(s) changed from 0 on A: no percentage, listed in the table." : "");
     const trace = {
       type: "bar", orientation: "h", name: "change %",
       y: plotted.map((r, k) => DP.esc(k + 1 + ". " + r.chart.tier + " · " + metricName(r))),

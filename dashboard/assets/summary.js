@@ -38,9 +38,11 @@
     const units = {};
     for (const r of rows) for (const k of keys) if (r.cells[k]) units[k] = r.cells[k].chart;
     const t = DP.el("table", {"class": "summary", "data-tier": tier, "data-control": control ? "1" : "0"});
+    const where = new Set(rows.map(r => r.machine + " / " + r.env));
     const head = DP.el("tr");
     head.appendChild(DP.el("th", {}, "scenario"));
-    head.appendChild(DP.el("th", {}, "machine / env"));
+    if (where.size > 1) head.appendChild(DP.el("th", {}, "machine / env"));
+    else t.setAttribute("title", "machine / env: " + Array.from(where)[0]);
     for (const k of keys) {
       const th = DP.el("th", {"data-key": k}, headings[k]);
       const c = units[k];
@@ -52,7 +54,7 @@
     for (const r of rows) {
       const tr = DP.el("tr", {"data-scenario": DP.scenarioText(r.scenario)});
       tr.appendChild(DP.el("td", {"class": "scenario"}, DP.scenarioText(r.scenario)));
-      tr.appendChild(DP.el("td", {"class": "muted"}, r.machine + " / " + r.env));
+      if (where.size > 1) tr.appendChild(DP.el("td", {"class": "muted"}, r.machine + " / " + r.env));
       for (const k of keys) tr.appendChild(r.cells[k] ? cellNode(r.cells[k]) : DP.el("td", {"class": "muted"}, "—"));
       tbody.appendChild(tr);
     }
@@ -80,7 +82,8 @@
     const head = document.getElementById("summary-head");
     if (!a || !b) { head.textContent = "Needs results on at least one commit."; return; }
     head.textContent = "A = " + a.label + " (" + (a.placement || "placement not measured") + ")  →  B = " +
-      b.label + " (" + (b.placement || "placement not measured") + ")";
+      b.label + " (" + (b.placement || "placement not measured") + ")" +
+      (selM.value || data.machines.length !== 1 ? "" : "  ·  machine " + data.machines[0]);
     const tiers = DP.summary(data, ia, ib, selM.value);
     let n = 0;
     for (const [tier, rows] of Object.entries(tiers)) {
