@@ -244,15 +244,11 @@ def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path)
     def kill_a_rank(outcome) -> None:
         if killed:
             return
-        # the scheduler processes hold the model runner: the step records name them by rank
-        pids = [
-            p
-            for p in _server_processes(str(tmp_path))
-            if b"scheduler" in Path(f"/proc/{p}/cmdline").read_bytes()
-        ]
-        if pids:
-            os.kill(pids[-1], signal.SIGKILL)
-            killed.append(pids[-1])
+        # rank 1's scheduler process, as its own step records name it
+        records = sorted(tmp_path.glob("*/steps/rank1.jsonl"))
+        pid = json.loads(records[0].read_text().splitlines()[0])["pid"]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
 
     with pytest.raises(RunIncomplete) as info:
         execute(prep, on_done=kill_a_rank)

@@ -6,7 +6,7 @@ the DP rank and the step-record file; it is created on the first forward.
 
 A step record (one JSON line per forward, per rank, in ``rank<N>.jsonl``)::
 
-    {"step": i, "t": monotonic start, "mode": "EXTEND"|"DECODE"|"IDLE"|…, "kind": "extend"|
+    {"step": i, "pid": the scheduler process, "t": monotonic start, "mode": "EXTEND"|"DECODE"|"IDLE"|…, "kind": "extend"|
      "decode"|"idle", "bs": requests, "extend_tokens": new tokens (extend), "ctx_tokens":
      KV tokens attention reads, "kv_used": pool tokens allocated (radix cache included),
      "kv_total": pool size, "global_tokens": tokens per rank this step (SGLang's MLP-sync
@@ -208,6 +208,7 @@ class RankState:
             time.sleep(sleep_s)
         record = {
             "step": self.step,
+            "pid": os.getpid(),
             "t": t0,
             "mode": mode.name,
             "kind": kind,
