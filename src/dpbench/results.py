@@ -5,14 +5,16 @@ A run result is plain JSON::
     {
       "schema": "dpbench.run-result/1",
       "tier": "placement" | "twin" | "kernels" | "server",
-      "sglang": {"version": "0.5.23", "commit": "<sha or null>", "generation": "g2026_10"},
-      "placement": {"label": "post-kv", ...} | null,
+      "sglang": {"version": "0.5.23", "commit": "<sha or null>", "generation": "g0.5.22-0.5.23",
+                 "generation_compared": ["adder", "delayer"], "variants": {...}},
+      "placement": {"label": "post-kv", "source": "static", ...} | null,
       "workload": {"name": "...", "hash": "sha256:..."} | null,
       "metrics": {"<name_with_unit>": {"value": 1.0, "unit": "ms", "better": "lower"}, ...},
       "hardware": {"cpu": "...", "gpus": [...], "host": "..."},
       "wall_time_s": 12.3,
       "created": "2026-11-29T18:00:00Z",
       "notes": ["cost model: H200 roofline defaults (no calibration file)", ...],
+      # "sglang" and "placement" come from dpbench.sglang_compat.provenance.provenance()
       "extra": {...}          # tier-specific detail (per-case records, timelines, …)
     }
 """
