@@ -59,11 +59,10 @@ def hardware() -> dict[str, Any]:
     }
     try:  # torch is present in release environments, not in the orchestrating venv
         import torch
-
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except Exception:
-        pass
+    except ImportError:
+        return info
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return info
 
 
