@@ -110,15 +110,14 @@ const DP = (function () {
     return rows;
   }
 
-  // Same as dpbench.dashboard.metrics.key_metric / compare.summary: the columns are decided in
-  // Python (chart.key) so the two cannot drift; this only collects the cells.
+  // Same as dpbench.dashboard.compare.summary: the columns and sections are decided in Python
+  // (chart.key, chart.section) so the two cannot drift; this only collects the cells.
   function summary(data, ia, ib, machine) {
     const columns = {};
     for (const chart of data.charts) {
-      if (!chart.key) continue;
-      const id = chart.tier + "\u0000" + chart.key;
-      const have = columns[id];
-      if (!have || (have.source !== "asv" && chart.source === "asv")) columns[id] = chart;
+      if (!chart.key || !chart.section) continue;
+      const id = chart.section + "\u0000" + chart.key;
+      if (!columns[id]) columns[id] = chart;
     }
     const tiers = {};
     for (const chart of Object.values(columns)) {
@@ -131,8 +130,8 @@ const DP = (function () {
           for (const [k, v] of Object.entries(s.scenario)) if (k !== "run") scen[k] = v;
         } else scen = {run: s.scenario.run || ""};
         const rk = scenarioText(scen) + "\u0000" + s.machine + "\u0000" + s.env;
-        const rows = tiers[chart.tier] = tiers[chart.tier] || {};
-        const row = rows[rk] = rows[rk] || {tier: chart.tier, scenario: scen, machine: s.machine, env: s.env,
+        const rows = tiers[chart.section] = tiers[chart.section] || {};
+        const row = rows[rk] = rows[rk] || {tier: chart.section, scenario: scen, machine: s.machine, env: s.env,
                                              control: isControl(scen), cells: {}};
         row.cells[chart.key] = {chart: chart, a: a, b: b, change: changeOf(a, b, chart.better)};
       }

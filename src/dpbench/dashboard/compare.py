@@ -210,22 +210,21 @@ def scenario_text(scenario: dict[str, str]) -> str:
 def summary(
     model: dict[str, Any], ia: int, ib: int, machine: str | None = None
 ) -> dict[str, list[SummaryRow]]:
-    """tier → rows (one per scenario × machine × env with a key metric on A or B).
+    """section (a tier, or "tier · class") → rows, one per scenario × machine × env with a
+    deciding metric on A or B.
 
-    asv charts fill a column first; a run-file metric fills it only where no asv chart
-    of that tier does. Rows: delayer-on (or no delayer parameter) first, the control
-    (delayer off) after.
+    Each section's column is filled by its first chart (by id) with that key (see
+    ``section`` in :mod:`dpbench.dashboard.model`). Rows: delayer-on (or no delayer
+    parameter) first, the control (delayer off) after.
     """
     columns: dict[tuple[str, str], dict[str, Any]] = {}
     for chart in model["charts"]:
-        key = chart.get("key")
-        if key is None:
+        key, section = chart.get("key"), chart.get("section")
+        if key is None or section is None:
             continue
-        have = columns.get((chart["tier"], key))
-        if have is None or (have["source"] != "asv" and chart["source"] == "asv"):
-            columns[(chart["tier"], key)] = chart
+        columns.setdefault((section, key), chart)
     out: dict[str, dict[tuple[str, str, str], SummaryRow]] = {}
-    for (tier, key), chart in columns.items():
+    for (section, key), chart in columns.items():
         for s in chart["series"]:
             if machine and s["machine"] != machine:
                 continue
@@ -236,15 +235,17 @@ def summary(
             if chart["source"] != "asv":
                 scen = {"run": s["scenario"].get("run", "")}
             rk = (scenario_text(scen), s["machine"], s["env"])
-            row = out.setdefault(tier, {}).get(rk)
+            row = out.setdefault(section, {}).get(rk)
             if row is None:
-                row = out[tier][rk] = SummaryRow(
-                    tier, scen, s["machine"], s["env"], metrics.is_control(scen)
+                row = out[section][rk] = SummaryRow(
+                    section, scen, s["machine"], s["env"], metrics.is_control(scen)
                 )
             row.cells[key] = (chart, a, b, change_of(a, b, chart["better"]))
     return {
-        tier: sorted(rows.values(), key=lambda r: (r.control, _scenario_sort(r), r.machine, r.env))
-        for tier, rows in sorted(out.items())
+        section: sorted(
+            rows.values(), key=lambda r: (r.control, _scenario_sort(r), r.machine, r.env)
+        )
+        for section, rows in sorted(out.items())
     }
 
 

@@ -92,8 +92,8 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("mixed", "DP-mixed fraction", r"dp_mixed_step_fraction|dp_mixed_fraction"),
     ("decode_beside", "decode-rank s beside prefill", r"decode.*beside|beside.*prefill"),
     ("delay", "delay verdicts", r"delay_(fraction|passes|verdict)|delayer_delay"),
-    ("ttft_p50", "TTFT p50", r"^ttft.*p50"),
-    ("ttft_p99", "TTFT p99", r"^ttft.*p99"),
+    ("ttft_p50", "TTFT p50", r"^ttft(_ms|_s)?_p50"),
+    ("ttft_p99", "TTFT p99", r"^ttft(_ms|_s)?_p99"),
     ("throughput", "throughput", r"request_throughput|^req_per_s|^requests_per_s"),
 )
 _KEY_COMPILED = tuple((k, h, re.compile(p)) for k, h, p in KEY_METRICS)

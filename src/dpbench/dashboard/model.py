@@ -11,7 +11,7 @@ The returned dict is plain JSON; the site's JavaScript and the terminal comparis
      "key_metrics": [{"key", "heading"}],                     # the summary's columns
      "unknown_directions": [metric names no direction row matched],
      "charts": [{"id", "tier", "source": "asv" | "run file", "benchmark", "group", "title",
-                 "metric", "key": summary column | None, "unit", "better": "higher" | "lower" | "none" | "unknown",
+                 "metric", "key": summary column | None, "section": summary table | None, "unit", "better": "higher" | "lower" | "none" | "unknown",
                  "better_why", "executor": "simulated" | None, "param_names", "axes",
                  "series": [{"machine", "env", "params", "scenario": {axis: value},
                              "band": "99% CI" | "IQR" | "sample range" | None,
@@ -240,6 +240,22 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
         del chart["_series"]
         chart["series"] = series
         out_charts.append(chart)
+
+    # The summary's sections: a tier, or tier · benchmark class where several classes of a
+    # tier have deciding metrics (server: GPU ServeThroughput and the simulated-forward one).
+    # Run-file metrics fill a section only for a tier no asv benchmark summarises.
+    key_groups: dict[str, set[str]] = defaultdict(set)
+    for c in out_charts:
+        if c["key"] and c["source"] == "asv":
+            key_groups[c["tier"]].add(c["group"])
+    for c in out_charts:
+        if not c["key"]:
+            c["section"] = None
+        elif c["source"] == "asv":
+            several = len(key_groups[c["tier"]]) > 1
+            c["section"] = f"{c['tier']} · {c['group']}" if several else c["tier"]
+        else:
+            c["section"] = None if key_groups[c["tier"]] else c["tier"]
 
     axes: dict[str, set[str]] = defaultdict(set)
     for c in out_charts:
