@@ -200,7 +200,7 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         extra_args = ("--device", "cpu", *extra_args)
         notes.append(
             f"simulated forward: SGLang loads {SIM_SERVER_MODEL}'s shape (no weights) on the CPU; "
-            f"forward time from the cost model of {spec.model.name if hasattr(spec.model, 'name') else spec.model}"
+            f"forward time from the cost model of {Path(spec.model).parent.name}"
         )
     elif opts.model_path:
         model_path, load_format = opts.model_path, None

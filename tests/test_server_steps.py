@@ -1,0 +1,75 @@
+"""The simulated server's step records: lined up across ranks and summarised like the twin's metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpbench.server.steps import StepRecordError, read_records, since, summarise
+
+
+def _rec(step, t, kind, model_s, bs=1, ext=0, kv=10):
+    return {
+        "step": step, "pid": 1, "t": t, "mode": kind.upper(), "kind": kind, "bs": bs,
+        "extend_tokens": ext, "ctx_tokens": 0, "kv_used": kv, "kv_total": 100,
+        "global_tokens": [], "model_s": model_s, "sleep_s": model_s,
+    }  # fmt: skip
+
+
+def _write(tmp_path, ranks):
+    for r, rows in enumerate(ranks):
+        (tmp_path / f"rank{r}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+
+def test_mixed_steps_and_decode_rank_time_beside_prefill(tmp_path):
+    # 3 ranks, 4 steps: extend-only, mixed (1 extend + 2 decode), decode, idle
+    kinds = [
+        ("extend", "extend", "idle"),
+        ("extend", "decode", "decode"),
+        ("decode",) * 3,
+        ("idle",) * 3,
+    ]
+    step_s = [0.1, 0.2, 0.05, 0.0]
+    ranks = [
+        [
+            _rec(i, 10 + i * 0.3 + 0.001 * r, kinds[i][r], step_s[i] * (1 if r == 0 else 0.5))
+            for i in range(4)
+        ]
+        for r in range(3)
+    ]
+    _write(tmp_path, ranks)
+    m, table = summarise(read_records(tmp_path, 3))
+    assert table["step_kind"] == ["extend", "mixed", "decode", "idle"]
+    assert m["dp_mixed_step_fraction"].value == pytest.approx(1 / 3)
+    # the slowest rank sets the step; 2 decoding ranks beside the prefill for 0.2 s
+    assert m["decode_rank_s_beside_prefill"].value == pytest.approx(0.4)
+    assert m["decode_rank_time_beside_prefill_fraction"].value == pytest.approx(
+        0.4 / (0.4 + 3 * 0.05)
+    )
+    # overhead: 0.3 s between starts minus the slowest sleep (0.2, 0.1 s), busy consecutive pairs
+    assert m["scheduler_overhead_ms_p50"].value == pytest.approx(150.0, abs=1.0)
+    assert m["kv_utilization_max"].value == pytest.approx(0.1)
+
+
+def test_a_truncated_last_line_is_dropped_and_steps_since_a_time(tmp_path):
+    _write(
+        tmp_path,
+        [
+            [_rec(0, 1.0, "decode", 0.01), _rec(1, 2.0, "decode", 0.01)],
+            [_rec(0, 1.0, "decode", 0.01)],
+        ],
+    )
+    with open(tmp_path / "rank1.jsonl", "a") as fh:
+        fh.write('{"step": 1, "t": 2.0, "ki')  # a rank killed mid-write
+    records = read_records(tmp_path, 2)
+    assert [len(r) for r in records] == [2, 1]
+    assert [len(r) for r in since(records, 1.5)] == [1, 0]
+    with pytest.raises(StepRecordError, match="no complete steps"):
+        summarise(since(records, 1.5))
+
+
+def test_a_missing_rank_file_is_named(tmp_path):
+    _write(tmp_path, [[_rec(0, 1.0, "decode", 0.01)]])
+    with pytest.raises(StepRecordError, match="DP rank 1"):
+        read_records(tmp_path, 2)
