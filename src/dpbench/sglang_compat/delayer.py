@@ -55,12 +55,6 @@ GENERATION_ARGS = "args"
 GENERATION_SIZES_GROUP = "sizes_group"
 GENERATION_GROUP = "group"
 GENERATION_RUNTIME_CONTEXT = "runtime_context"
-SUPPORTED = (
-    "PrefillDelayer(dp_size, attn_tp_size, cpu_group, server_args, ...) (0.5.16, 0.5.17), "
-    "PrefillDelayer(dp_size, attn_tp_size, cpu_group, max_delay_passes, ...) (0.5.19), "
-    "PrefillDelayer(cpu_group, max_delay_passes, ...) (0.5.21) or "
-    "PrefillDelayer(max_delay_passes, token_usage_low_watermark, metrics_collector, ...) (0.5.23)"
-)
 
 
 def _unsupported(message: str) -> RuntimeError:
