@@ -6,29 +6,14 @@ SGLang's all-gather over a real ``torch.distributed`` gloo group. What changes
 between releases, and is absorbed here (detected from signatures and attributes,
 not version strings):
 
-- ``PrefillDelayer.__init__``, four generations (detected from the signature):
-
-  ================== ============================================ ==========================
-  generation         signature                                    verified on
-  ================== ============================================ ==========================
-  ``args``           ``(dp_size, attn_tp_size, cpu_group,          0.5.16, 0.5.17
-                     server_args, max_delay_passes, ...)``
-  ``sizes_group``    ``(dp_size, attn_tp_size, cpu_group,          0.5.19
-                     max_delay_passes, ...)``; flags from the
-                     published runtime context
-  ``group``          ``(cpu_group, max_delay_passes, ...)``;       0.5.21
-                     sizes and flags from the runtime context
-  ``runtime_context`` ``(max_delay_passes, ...)``; group, sizes    0.5.23
-                     and flags from the runtime context
-  ================== ============================================ ==========================
-
-  Every generation but ``args`` needs :func:`publish_runtime_context` first.
-- ``PrefillDelayerSinglePassExecutor.finalize``: ``actual_prefill: bool`` (0.5.16, 0.5.17)
-  or ``actual_prefill_bs: int`` returning the observed batch size (0.5.23).
-- The scheduler's ``max_prefill_bs`` bookkeeping (passed to ``PrefillAdder`` and
-  from there to the negotiation): a running maximum (0.5.16), a running maximum
-  decayed once per pass (0.5.17: ``*= 0.998``, read from the installed
-  ``scheduler.py``), or the real ``RecentPrefillBatchSizeTracker`` (0.5.23).
+The shapes, with the releases each was read off, are the table's features
+(:mod:`.generations`): ``PrefillDelayer.__init__`` (``args`` 0.5.14-0.5.18,
+``sizes_group`` 0.5.19-0.5.20, ``group`` 0.5.21, ``runtime_context`` 0.5.22-0.5.23),
+``PrefillDelayer DP-attention flag`` (from the runtime context from 0.5.18 on: then
+:func:`publish_runtime_context` must run first), ``PrefillDelayerSinglePassExecutor.finalize``
+(``actual_prefill`` / ``actual_prefill_bs``) and ``max_prefill_bs bookkeeping``
+(``running_max`` / ``decayed_max``, ``*= 0.998`` read from ``scheduler.py`` /
+``recent_window``, the real ``RecentPrefillBatchSizeTracker``).
 
 Wall clock: the delayer reads ``time.perf_counter`` only (a) for the
 ``wait_seconds`` histogram, which the twin does not report, and (b) for the
