@@ -10,16 +10,18 @@ the twin:
 value                          where it comes from
 =============================  ===============================================================
 schedule_conservativeness      the release's ``ServerArgs`` after its own DP-attention
-                               handler (``_handle_data_parallelism``: ×0.3 under DP attention
-                               on 0.5.16 / 0.5.17; the parallel hook on later releases)
+                               handler (``ServerArgs._handle_data_parallelism``: ×0.3 under DP
+                               attention, 0.5.14–0.5.21; ``arg_groups.parallel_hook`` read
+                               through ``resolved_view`` on 0.5.22, 0.5.23); checked on every
+                               release 0.5.14–0.5.23: 1.0 → 0.3, 8192 → 8192 // dp
 per-rank chunked prefill size  the same handler (``chunked_prefill_size // dp_size``)
 new-token ratio (init, min,    ``NewTokenRatioTracker.from_server_args`` of the release (or the
 decay), retract decode steps   same formula over its ``envs``): init = SGLANG_INIT_NEW_TOKEN_RATIO
                                × conservativeness, min = init × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
                                decay = (init − min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 batch_is_full on NO_TOKEN      read from the installed ``scheduler.py`` (it does not import on
-                               CPU): ``always`` (0.5.16, 0.5.17 without hierarchical cache) or
-                               ``if_admitted_or_running``
+                               CPU): ``always`` (0.5.14–0.5.21, hierarchical cache off) or
+                               ``if_admitted_or_running`` (0.5.22, 0.5.23)
 overlap scheduler, radix cache ``ServerArgs`` defaults (``disable_overlap_schedule``,
                                ``disable_radix_cache``)
 =============================  ===============================================================
