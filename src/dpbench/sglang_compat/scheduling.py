@@ -11,8 +11,8 @@ value                          where it comes from
 =============================  ===============================================================
 schedule_conservativeness      the release's ``ServerArgs`` after its own DP-attention
                                handler (``ServerArgs._handle_data_parallelism``: ×0.3 under DP
-                               attention, 0.5.14–0.5.21; ``arg_groups.parallel_hook`` read
-                               through ``resolved_view`` on 0.5.22, 0.5.23); checked on every
+                               attention, 0.5.14–0.5.18; ``arg_groups.parallel_hook`` read
+                               through ``resolved_view`` on 0.5.19–0.5.23); checked on every
                                release 0.5.14–0.5.23: 1.0 → 0.3, 8192 → 8192 // dp
 per-rank chunked prefill size  the same handler (``chunked_prefill_size // dp_size``)
 new-token ratio (init, min,    ``NewTokenRatioTracker.from_server_args`` of the release (or the
