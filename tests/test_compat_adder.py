@@ -46,7 +46,9 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("version, generation", [("0.5.16", "g0.5.15-0.5.16"), ("0.5.23", "g0.5.22-0.5.23")])
+@pytest.mark.parametrize(
+    "version, generation", [("0.5.16", "g0.5.15-0.5.16"), ("0.5.23", "g0.5.22-0.5.23")]
+)
 def test_adder_kit_in_release(version, generation, release_env):
     env = release_env(version)
     proc = subprocess.run(

@@ -171,7 +171,9 @@ def install_server_extras(python: str | Path, version: str) -> dict:
     finally:
         os.unlink(fh.name)
     if kernel is None:
-        raise EnvError(f"sglang {version}'s metadata pins no sglang-kernel; the server tier needs it")
+        raise EnvError(
+            f"sglang {version}'s metadata pins no sglang-kernel; the server tier needs it"
+        )
     _pip(python, "--no-deps", kernel)
     return {"requirements": reqs, "kernel": kernel}
 
