@@ -16,7 +16,13 @@ from dpbench.workload.spec import (
     spec_hash,
 )
 
-SHIPPED = ["agentic-multiturn", "balanced-baseline", "long-context-chat", "long-prompt-burst"]
+SHIPPED = [
+    "agentic-multiturn",
+    "balanced-baseline",
+    "long-context-chat",
+    "long-prompt-burst",
+    "long-prompt-burst-small",  # the simulated-forward server tier's CPU-sized high-KV spec
+]
 
 GOOD = textwrap.dedent(
     """\
@@ -34,7 +40,7 @@ GOOD = textwrap.dedent(
 )
 
 
-def test_shipped_specs_are_the_four_named_ones():
+def test_shipped_specs_are_the_five_named_ones():
     assert known_specs() == SHIPPED
 
 
