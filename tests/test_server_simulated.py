@@ -41,40 +41,68 @@ def _options(release: str, tmp: Path, **kw) -> RunOptions:
     )
 
 
-def _run(release: str, tmp: Path) -> tuple[object, dict, list]:
+def _run(release: str, tmp: Path) -> tuple[object, dict, list, set[int]]:
     prep = prepare(_options(release, tmp))
     outcomes: list = []
-    result = execute(prep, on_done=outcomes.append)
-    return prep, results.load(results.save(tmp / "run.json", result)), outcomes
+    sessions: set[int] = set()
+
+    def on_done(outcome) -> None:
+        if not sessions:
+            sessions.update(_server_sessions(str(tmp)))
+        outcomes.append(outcome)
+
+    result = execute(prep, on_done=on_done)
+    return prep, results.load(results.save(tmp / "run.json", result)), outcomes, sessions
 
 
 @pytest.fixture(scope="module", params=["0.5.23", "0.5.16"])
 def sim_run(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"sim-{request.param}")
     t0 = time.monotonic()
-    prep, result, outcomes = _run(request.param, tmp)
+    prep, result, outcomes, sessions = _run(request.param, tmp)
     print(f"simulated server {request.param}: {time.monotonic() - t0:.0f} s")
-    return request.param, tmp, prep, result, outcomes
+    return request.param, tmp, prep, result, outcomes, sessions
 
 
-def _server_processes(marker: str) -> list[int]:
-    """PIDs whose environment names ``marker`` (the run's simulated-forward config path)."""
-    found = []
+def _stat(pid: str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _server_sessions(marker: str) -> set[int]:
+    """Sessions of the servers whose environment names ``marker`` (the guard's is never retitled)."""
+    found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             env = Path(f"/proc/{entry}/environ").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker.encode() in env and state != "Z":
-            found.append(int(entry))
+        stat = _stat(entry)
+        if stat and marker.encode() in env and stat[0] != "Z":
+            found.add(int(stat[3]))  # session id
     return found
 
 
+def _in_sessions(sessions: set[int]) -> list[int]:
+    """Live processes of those sessions: SGLang retitles its processes (setproctitle overwrites
+    /proc/PID/environ), but they stay in the session the launcher's guard leads."""
+    return [
+        int(e)
+        for e in os.listdir("/proc")
+        if e.isdigit() and (st := _stat(e)) and st[0] != "Z" and int(st[3]) in sessions
+    ]
+
+
+def _server_processes(marker: str, sessions: set[int] | None = None) -> list[int]:
+    return _in_sessions((sessions or set()) | _server_sessions(marker))
+
+
 def test_every_request_decodes_exactly_its_max_new_tokens(sim_run):
-    release, _, prep, result, outcomes = sim_run
+    release, _, prep, result, outcomes, _ = sim_run
     want = {r.id: r.max_new_tokens for r in prep.requests}
     assert len(outcomes) == len(want) == 24
     bad = [
@@ -88,7 +116,7 @@ def test_every_request_decodes_exactly_its_max_new_tokens(sim_run):
 
 
 def test_the_real_delayer_counted_outcomes(sim_run):
-    _, _, _, result, _ = sim_run
+    _, _, _, result, _, _ = sim_run
     m = result["metrics"]
     assert m["delayer_outcomes_total"]["value"] > 0
     outcomes = result["extra"]["server_metrics"]["delayer_outcomes"]
@@ -97,7 +125,7 @@ def test_the_real_delayer_counted_outcomes(sim_run):
 
 
 def test_step_records_hold_extend_decode_and_dp_mixed_steps(sim_run):
-    _, _, _, result, _ = sim_run
+    _, _, _, result, _, _ = sim_run
     m = result["metrics"]
     steps = result["extra"]["steps"]
     assert m["steps_extend_count"]["value"] > 0
@@ -118,7 +146,7 @@ def test_step_records_hold_extend_decode_and_dp_mixed_steps(sim_run):
 
 
 def test_the_result_is_marked_simulated_with_its_cost_model(sim_run):
-    _, _, _, result, _ = sim_run
+    _, _, _, result, _, _ = sim_run
     assert result["executor"] == "simulated" and result["cost_model"] == "roofline"
     assert result["extra"]["executor"]["kind"] == "simulated"
     assert all(m["executor"] == "simulated" for m in result["metrics"].values())
@@ -130,8 +158,9 @@ def test_the_result_is_marked_simulated_with_its_cost_model(sim_run):
 
 
 def test_no_server_process_is_left_after_the_run(sim_run):
-    _, tmp, _, _, _ = sim_run
-    assert _server_processes(str(tmp)) == []
+    _, tmp, _, _, _, sessions = sim_run
+    assert sessions, "the server's session was not seen during the run"
+    assert _server_processes(str(tmp), sessions) == []
 
 
 def _cli_run(tmp: Path, port: int) -> subprocess.Popen:
@@ -177,17 +206,19 @@ def test_no_sglang_process_survives_sigterm_ctrl_c_or_sigkill_of_the_parent(tmp_
         tmp.mkdir()
         runs[sig] = (tmp, _cli_run(tmp, free_port()))
     try:
+        sessions: dict[signal.Signals, set[int]] = {}
         for sig, (tmp, parent) in runs.items():
             _wait_until(
                 lambda t=tmp: len(_server_processes(str(t))) >= 4,
                 300,
                 f"SGLang's processes ({sig.name})",
             )
+            sessions[sig] = _server_sessions(str(tmp))
             parent.send_signal(sig)
         for sig, (tmp, parent) in runs.items():
             parent.wait(timeout=90)
             _wait_until(
-                lambda t=tmp: not _server_processes(str(t)),
+                lambda t=tmp, s=sig: not _server_processes(str(t), sessions[s]),
                 60,
                 f"every SGLang process gone after {sig.name}",
             )
@@ -240,10 +271,12 @@ def test_a_server_dying_at_start_up_names_the_failure_and_the_log(tmp_path):
 def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path):
     prep = prepare(_options("0.5.23", tmp_path))
     killed = []
+    sessions: set[int] = set()
 
     def kill_a_rank(outcome) -> None:
         if killed:
             return
+        sessions.update(_server_sessions(str(tmp_path)))
         # rank 1's scheduler process, as its own step records name it
         records = sorted(tmp_path.glob("*/steps/rank1.jsonl"))
         pid = json.loads(records[0].read_text().splitlines()[0])["pid"]
@@ -256,4 +289,64 @@ def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path)
     msg = str(info.value)
     assert "\n" not in msg and "server log:" in msg and "partial result kept" in msg
     assert info.value.result["extra"]["incomplete"].startswith("server process died")
-    assert _server_processes(str(tmp_path)) == []
+    assert _server_processes(str(tmp_path), sessions) == []
+
+
+def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
+    """SGLang's own --nnodes/--node-rank/--dist-init-addr: node 1 by `server launch`, node 0 by `server run`."""
+    addr = f"127.0.0.1:{free_port()}"
+    steps = tmp_path / "steps"  # one directory both "nodes" write their ranks' records to
+    common = ["--dp", "2", "--simulate-forward", "--sglang", "0.5.23", "--nnodes", "2",
+              "--dist-init-addr", addr, "--step-records-dir", str(steps)]  # fmt: skip
+    node1 = subprocess.Popen(
+        [
+            DPBENCH,
+            "server",
+            "launch",
+            SPEC,
+            *common,
+            "--node-rank",
+            "1",
+            "--port",
+            str(free_port()),
+            "--log",
+            str(tmp_path / "node1.log"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        node0 = subprocess.run(
+            [
+                DPBENCH,
+                "server",
+                "run",
+                SPEC,
+                *common,
+                "--node-rank",
+                "0",
+                "--log-dir",
+                str(tmp_path),
+                "-o",
+                str(tmp_path / "run.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert node0.returncode == 0, node0.stderr[-3000:]
+        result = results.load(tmp_path / "run.json")
+        m = result["metrics"]
+        assert m["requests_ok_total"]["value"] == 24 and m["errors_total"]["value"] == 0
+        assert m["delayer_outcomes_total"]["value"] > 0
+        assert (
+            result["extra"]["steps"]["steps_per_rank"][0]
+            == result["extra"]["steps"]["steps_per_rank"][1]
+            > 0
+        )
+        node1.wait(timeout=120)  # node 1's SGLang exits once node 0's is gone
+    finally:
+        if node1.poll() is None:
+            node1.send_signal(signal.SIGINT)
+            node1.wait(timeout=120)
