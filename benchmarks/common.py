@@ -9,6 +9,12 @@ from typing import Any
 from dpbench import results
 from dpbench.paths import results_dir
 
+# The scenario the simulated-forward server and the twin both run (the fidelity view pairs
+# them): a CPU-sized high-KV spec at SGLang's H200 default global chunk size, the device
+# the cost model models (SGLang's own CPU default would be 4096).
+FIDELITY_SPEC = "long-prompt-burst-small"
+FIDELITY_CHUNKED_PREFILL = 8192
+
 
 def require_cuda(n: int = 1) -> int:
     """Skip (asv: NotImplementedError in setup) unless at least ``n`` CUDA GPUs are visible."""

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, ClassVar, Literal, get_args
 
-from .common import metric, optional_metric, require_cuda, save_run
+from .common import FIDELITY_CHUNKED_PREFILL, metric, optional_metric, require_cuda, save_run
 
 Workload = Literal["long-prompt-burst", "balanced-baseline"]
 DpSize = Literal[2, 8]
@@ -239,7 +239,9 @@ class BenchServingReference:
 
 
 # --- simulated-forward server (CPU) ------------------------------------------------------
-SimSpec = Literal["long-prompt-burst-small"]  # high-KV (target_kv_util 0.98), CPU-sized
+SimSpec = Literal[
+    "long-prompt-burst-small"
+]  # = common.FIDELITY_SPEC  # high-KV (target_kv_util 0.98), CPU-sized
 SimDp = Literal[2, 4, 8]
 # Each (DP, delayer) is one SGLang start-up (~60-90 s on 2 cores, most of a run's cost):
 # DPBENCH_SIM_SERVER_DP=2 keeps a release's share of `make bench` near 3 minutes.
@@ -300,7 +302,7 @@ class SimulatedRooflineServe:
     )
     param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
     timeout = 3600
-    version = "server-simulated-roofline-1"
+    version = "server-simulated-roofline-2"
 
     def setup_cache(self) -> dict[str, Any]:
         from dpbench import faults
@@ -322,6 +324,7 @@ class SimulatedRooflineServe:
                         dp_size=dp,
                         delayer=delayer == "on",
                         simulate_forward=True,
+                        chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
                         python=sys.executable,
                         check_gpus=False,
                     )

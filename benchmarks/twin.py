@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, get_args
 
-from .common import metric, require_sglang, save_run
+from .common import (
+    FIDELITY_CHUNKED_PREFILL,
+    FIDELITY_SPEC,
+    metric,
+    require_sglang,
+    save_run,
+)
 
 SpecName = Literal[
     "long-prompt-burst", "agentic-multiturn", "long-context-chat"
@@ -191,6 +197,71 @@ class TwinHighKV:
         return self._m("retractions_count")
 
     track_retractions.unit = "requests"
+
+
+FidelityDp = Literal[2, 4]
+
+
+class TwinOnServerScenario(TwinHighKV):
+    """The twin on exactly the simulated-forward server's asv scenario (spec and its own seed,
+    DP size, global chunk size, delayer; one GPU per DP rank as the server's cost model), so
+    the dashboard's fidelity view can put the two side by side per commit. One run each (the
+    server runs the spec's seed once), so values are plain numbers, not seed sets.
+    """
+
+    params: ClassVar[tuple[list[Any], ...]] = (
+        [FIDELITY_SPEC],
+        list(get_args(FidelityDp)),
+        list(get_args(DelayerMode)),
+    )
+    param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
+    timeout = 1800
+    version = "twin-on-server-scenario-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        from dpbench.twin.config import build_config
+        from dpbench.twin.run import run_twin
+
+        try:
+            require_sglang(TWIN_COMPONENTS)
+        except NotImplementedError as exc:
+            return {"skip": str(exc)}
+        out: dict[str, Any] = {}
+        for dp in get_args(FidelityDp):
+            for delayer in get_args(DelayerMode):
+                config = build_config(
+                    dp=dp,
+                    tp=dp,
+                    delayer=delayer == "on",
+                    chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
+                    rank_mode="threads",
+                    timeline=False,
+                    deadline=900,
+                )
+                result = run_twin(FIDELITY_SPEC, config)
+                key = f"server-scenario-{FIDELITY_SPEC}-dp{dp}-delayer_{delayer}"
+                save_run("twin", key, result)
+                out[key] = result
+        return out
+
+    setup_cache.timeout = 1800
+
+    def setup(self, cache, spec, dp_size, delayer) -> None:
+        if "skip" in cache:
+            raise NotImplementedError(cache["skip"])
+        self.result = cache[f"server-scenario-{spec}-dp{dp_size}-delayer_{delayer}"]
+
+    def _m(self, name: str) -> Any:
+        if name not in self.result["metrics"]:
+            return float("nan")  # not measured (the delayer's, with it off): absent, never 0
+        return metric(self.result, name)
+
+    def track_delayer_delay_fraction(self, *p) -> float:
+        from dpbench.server.fidelity import twin_delay_fraction
+
+        return twin_delay_fraction(self.result)
+
+    track_delayer_delay_fraction.unit = "fraction of outcomes"
 
 
 RankMode = Literal["threads", "processes"]

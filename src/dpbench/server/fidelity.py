@@ -62,14 +62,20 @@ class Inputs:
     delayer: bool = True
 
 
+def twin_delay_fraction(result: dict[str, Any]) -> float:
+    """The twin's delay-verdict fraction, counted from its outcome table as SGLang's collector
+    counts the server's; NaN when the run has no outcomes (delayer off)."""
+    rows = result.get("extra", {}).get("prefill_delayer_outcomes_total")
+    if not rows:
+        return math.nan
+    total = sum(r["count"] for r in rows)
+    delayed = sum(r["count"] for r in rows if r["output_allow"] == "false")
+    return delayed / total if total else math.nan
+
+
 def _value(result: dict[str, Any], name: str) -> float:
-    if name == "@delay_fraction":  # the twin's outcome table, counted as SGLang's collector does
-        rows = result.get("extra", {}).get("prefill_delayer_outcomes_total")
-        if not rows:
-            return math.nan
-        total = sum(r["count"] for r in rows)
-        delayed = sum(r["count"] for r in rows if r["output_allow"] == "false")
-        return delayed / total if total else math.nan
+    if name == "@delay_fraction":
+        return twin_delay_fraction(result)
     m = result.get("metrics", {}).get(name)
     return float(m["value"]) if m is not None else math.nan
 
