@@ -58,7 +58,7 @@ def test_bad_versions_are_refused_clearly(tmp_path, bad, needle):
     assert not (tmp_path / "r").exists()
 
 
-def test_main_job_runs_heavier_tiers_on_first_early_first_post_kv_and_newest(tmp_path):
+def test_main_job_runs_heavier_tiers_on_first_and_last_early_first_post_kv_and_newest(tmp_path):
     rows = [(f"0.5.{n}", f"c{n}") for n in range(14, 24)]
     labels = {c: ("early" if int(c[1:]) < 17 else "post-kv") for _, c in rows}
     labels.pop("c15")  # a release whose placement run failed has no label
@@ -71,6 +71,7 @@ def test_main_job_runs_heavier_tiers_on_first_early_first_post_kv_and_newest(tmp
     assert read == labels
     assert mainjob.choose_heavy(rows, read) == [
         ("0.5.14", "c14", "first early"),
+        ("0.5.16", "c16", "last early"),
         ("0.5.17", "c17", "first post-kv"),
         ("0.5.23", "c23", "newest"),
     ]

@@ -5,8 +5,9 @@ what to run on which commit:
 
 1. the placement tier over every selected release;
 2. the heavier tiers (the twin, and the simulated-forward server: ``server.*Simulated*``)
-   over three of them, chosen from step 1's own results: the first release labelled
-   ``early``, the first labelled ``post-kv``, and the newest.
+   over up to four of them, chosen from step 1's own results: the first release labelled
+   ``early``, the last ``early`` one before the first ``post-kv`` (the before/after pair of
+   the placement change), the first labelled ``post-kv``, and the newest.
 
 ``--bench REGEX`` replaces that plan by one asv run of REGEX over every selected release.
 Then it publishes asv's site and the dpbench dashboard, and says where everything is.
@@ -136,12 +137,19 @@ def placement_labels(results: Path, commits: list[str]) -> dict[str, str]:
 
 
 def choose_heavy(rows: list[tuple[str, str]], labels: dict[str, str]) -> list[tuple[str, str, str]]:
-    """[(version, commit, why)]: the first ``early``, the first ``post-kv`` and the newest release of ``rows``."""
+    """[(version, commit, why)]: the first ``early``, the last ``early`` before the first
+    ``post-kv`` (the "before" of the placement change, the pair users compare), the first
+    ``post-kv`` and the newest release of ``rows``."""
     chosen: dict[str, tuple[str, str, str]] = {}
     for want in ("early", "post-kv"):
         hit = next(((v, c) for v, c in rows if labels.get(c) == want), None)
         if hit is not None:
             chosen.setdefault(hit[1], (*hit, f"first {want}"))
+    first_post = next((i for i, (_, c) in enumerate(rows) if labels.get(c) == "post-kv"), None)
+    if first_post is not None:
+        before = [(v, c) for v, c in rows[:first_post] if labels.get(c) == "early"]
+        if before:
+            chosen.setdefault(before[-1][1], (*before[-1], "last early"))
     if rows:
         v, c = rows[-1]
         chosen.setdefault(c, (v, c, "newest"))
@@ -188,7 +196,7 @@ def bench_command(
         "--bench",
         "-b",
         help="asv benchmark regex run over every selected release, instead of the default plan "
-        "(placement everywhere; twin and simulated server on the first early, first post-kv, newest)",
+        "(placement everywhere; twin and simulated server on the first early, last early, first post-kv, newest)",
     ),
     rerun: bool = typer.Option(False, help="re-run benchmarks that already have results"),
     config: Path = typer.Option(
