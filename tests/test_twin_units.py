@@ -168,7 +168,6 @@ def test_compute_metrics_units_and_values():
 
 
 def test_plot_marks_mixed_steps(tmp_path):
-    pytest.importorskip("plotly")
     from dpbench.twin.plot import build_figure, write_timeline
     from dpbench.twin.run import timeline
 
@@ -256,7 +255,6 @@ def _calibration_file(path):
 
 
 def test_calibrated_model_reads_per_layer_attention(tmp_path):
-    pytest.importorskip("pydantic")
     from dpbench.kernels.calibration import CalibrationError
     from dpbench.twin.cost import CalibratedModel, make_cost_model
 
