@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -18,6 +19,36 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def free_port_with(
+    offsets: Iterable[int], host: str = "127.0.0.1", low: int = 20000, high: int = 30000
+) -> int:
+    """A free port ``p`` with ``p + o`` free too for every offset, drawn from [low, high).
+
+    For servers that derive more ports from the one they are given (SGLang: ``--port +
+    10000`` for gRPC, which must stay ≤ 65535): the kernel's own choice comes from the
+    ephemeral range (32768–60999), where such a derived port can fall off the end.
+    """
+    rng = random.SystemRandom()
+    wanted = (0, *offsets)
+    for _ in range(500):
+        port = rng.randrange(low, high)
+        if all(_is_free(host, port + o) for o in wanted):
+            return port
+    raise RuntimeError(
+        f"no port p in [{low}, {high}) on {host} with p + {list(offsets)} free as well "
+        "after 500 tries; is something holding most of that range?"
+    )
+
+
+def _is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def die_with_parent() -> None:

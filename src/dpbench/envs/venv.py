@@ -149,21 +149,33 @@ def install_release(
 
 
 def install_server_extras(python: str | Path, version: str) -> dict:
-    """Add what SGLang's real server needs on a CPU to ``python``'s env, changing nothing installed.
+    """Add what SGLang's real server needs on a CPU to ``python``'s env, keeping the CPU tiers' pins.
 
-    The installed packages are passed to pip as constraints, so the CPU tiers' pins stay.
+    The installed versions of this release's CPU imports (and torch/torchvision) are
+    passed to pip as constraints, so the CPU tiers run on exactly what they were tested
+    with. Only those: asv reuses one environment across commits, and what an earlier
+    release's server extras left there must be free to move to this release's pins.
     """
     import tempfile
 
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
     wheel = wheel_path(version)
     reqs, kernel = server_requirements(wheel)
+    keep = {canonicalize_name(Requirement(r).name) for r in cpu_requirements(wheel)}
+    keep |= {canonicalize_name(Requirement(r).name) for r in TORCH_PAIR}
     frozen = subprocess.run(
         [str(python), "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    pins = [ln for ln in frozen.splitlines() if "==" in ln and not ln.startswith("-")]
+    pins = [
+        ln
+        for ln in frozen.splitlines()
+        if "==" in ln and not ln.startswith("-") and canonicalize_name(ln.split("==", 1)[0]) in keep
+    ]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
         fh.write("\n".join(pins) + "\n")
     try:

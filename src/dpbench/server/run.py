@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.paths import results_dir, workloads_dir
-from dpbench.procs import free_port, group_members
+from dpbench.procs import free_port_with, group_members
 from dpbench.results import Metric, make_run_result
 from dpbench.server.client import GenerateRequest, RequestOutcome
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
@@ -33,7 +33,7 @@ from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
 from dpbench.server.stats import Slo, per_rank_counts, summarize
 from dpbench.sglang_compat.detect import UnsupportedSGLang
-from dpbench.sglang_compat.server import ServerFlags, server_flags
+from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, ServerFlags, server_flags
 
 # SGLang loads this config (shape only, no weights) in simulated-forward runs: DeepSeek-V3's
 # attention shapes and vocabulary with 4 layers, so its KV pool fits a CPU's memory. The
@@ -209,7 +209,7 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         notes.append(f"dummy weights from the config at {model_path}")
     if opts.port:
         check_port_free(opts.port)
-    port = opts.port or free_port()
+    port = opts.port or free_port_with(DERIVED_PORT_OFFSETS)
     cfg = ServerConfig(
         model_path=model_path,
         load_format=load_format,

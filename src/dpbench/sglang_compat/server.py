@@ -42,6 +42,10 @@ class ServerHelpError(RuntimeError):
 # Reads, without importing sglang, the files that define the server's flags, and
 # prints a key that changes whenever they do (asv over git commits keeps one version
 # string across many commits, so the version alone is not a cache key).
+# Ports SGLang derives from --port (offsets): the gRPC port defaults to --port + 10000
+# (0.5.14 … 0.5.23, `ServerArgs.grpc_port`; 0.5.14 refuses to start when it exceeds 65535).
+DERIVED_PORT_OFFSETS: tuple[int, ...] = (10000,)
+
 _INSTALL_KEY_SNIPPET = r"""
 import hashlib, importlib.metadata as md, importlib.util, json, pathlib
 spec = importlib.util.find_spec("sglang")
