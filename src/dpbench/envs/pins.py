@@ -86,6 +86,9 @@ GPU_ONLY = frozenset(
         "tokenspeed-mla",
         "torch-memory-saver",
         "helion",
+        # NVIDIA's CUDA Tile (0.5.18-0.5.22 pin 1.6.0rc5): a wheel stub that downloads the real
+        # wheel from NVIDIA's index at install time, unreachable and useless without CUDA.
+        "cuda-tile",
     )
 )
 
