@@ -54,8 +54,11 @@ console = Console(stderr=True)
 
 
 # asv walks every folder under results/ for machine.json, including our run files'
-# results/runs/<commit>/<tier>/ folders, and warns once per folder; those lines say nothing.
-RUN_FILE_NOISE = re.compile(r"Skipping results: could not load .*/runs/[0-9a-f]+/\w+/machine\.json")
+# results/runs/<commit>/<tier>/ folders and the simulated server's results/server-logs/<run>/
+# folders, and warns once per folder; those lines say nothing.
+RUN_FILE_NOISE = re.compile(
+    r"Skipping results: could not load .*/(runs/[0-9a-f]+/\w+|server-logs/[^/]+)/machine\.json"
+)
 
 
 def _run(
