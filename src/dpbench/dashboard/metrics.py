@@ -44,6 +44,17 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
         "how often the delayer delays: a mechanism, not an outcome",
     ),
     (r"delayer_outcomes|outcomes", "none", "a count of delayer decisions, not an outcome"),
+    (
+        r"^delayer_\w+_(count|total)$",
+        "none",
+        "the server's delayer outcomes by reason: how the mechanism decided, not an outcome",
+    ),
+    (r"^dp_coop_\w+_total$", "none", "DP cooperation token counts: descriptive"),
+    (
+        r"^(steps|requests)(_\w+)?_(count|total)$",
+        "none",
+        "how many steps/requests a run had, by kind: the workload's size, descriptive",
+    ),
     (r"ttft_error|error_ms", "lower", "the load client's timing error"),
     (r"errors?$|errors?_", "lower", "failed requests"),
     (r"ttft|itl|tpot|e2e|latency", "lower", "a latency"),
