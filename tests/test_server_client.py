@@ -237,3 +237,22 @@ def test_client_comparison_reports_rate_and_ttft_error():
         row["ttft_error_ms_p50"] >= 0
     )  # a client cannot see the first token before the double sends it
     assert res["ideal_request_rate_per_s"] == pytest.approx(10 / 0.07)
+
+
+def test_no_delayer_counter_means_no_delayer_count():
+    """Delayer off: the server exports no outcome counter, so the count is absent, not 0."""
+    from dpbench.server.metrics import ServerMetrics
+
+    sm = ServerMetrics(
+        delayer_outcomes={}, wait_histograms={}, token_usage={}, per_dp_rank={}, exported=[]
+    )
+    m = sm.as_metrics()
+    assert "delayer_outcomes_total" not in m and "delayer_delay_fraction" not in m
+    exported = ServerMetrics(
+        delayer_outcomes={},
+        wait_histograms={},
+        token_usage={},
+        per_dp_rank={},
+        exported=["sglang:prefill_delayer_outcomes_total"],
+    )
+    assert exported.as_metrics()["delayer_outcomes_total"].value == 0

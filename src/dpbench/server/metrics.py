@@ -107,7 +107,9 @@ class ServerMetrics:
         """Headline numbers for the run result (the rest goes to ``extra``)."""
         m: dict[str, Metric] = {}
         total = sum(self.delayer_outcomes.values())
-        m["delayer_outcomes_total"] = Metric(total, "outcomes")
+        if self.delayer_outcomes or any(n.startswith(OUTCOMES) for n in self.exported):
+            # only a counter the server exported is a measured count (delayer off: absent)
+            m["delayer_outcomes_total"] = Metric(total, "outcomes")
         by_reason: dict[str, float] = defaultdict(float)
         for key, v in self.delayer_outcomes.items():
             by_reason[key.split("/")[2] or "no_reason"] += v
