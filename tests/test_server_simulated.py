@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from dpbench import results
-from dpbench.procs import free_port
+from dpbench.procs import free_port, free_port_with
 from dpbench.server.run import RunIncomplete, RunOptions, ServerRunError, execute, prepare
+from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS
 
 SPEC = str(Path(__file__).parent / "data" / "sim-smoke.yaml")
 DPBENCH = str(Path(sys.executable).parent / "dpbench")
@@ -294,7 +295,9 @@ def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path)
 
 def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
     """SGLang's own --nnodes/--node-rank/--dist-init-addr: node 1 by `server launch`, node 0 by `server run`."""
-    addr = f"127.0.0.1:{free_port()}"
+    # SGLang derives its inter-node ZMQ ports from the dist-init port: keep the whole block
+    # free and outside the kernel's ephemeral range (an outgoing socket once took one).
+    addr = f"127.0.0.1:{free_port_with(range(1, 64))}"
     steps = tmp_path / "steps"  # one directory both "nodes" write their ranks' records to
     common = ["--dp", "2", "--simulate-forward", "--sglang", "0.5.23", "--nnodes", "2",
               "--dist-init-addr", addr, "--step-records-dir", str(steps)]  # fmt: skip
@@ -308,7 +311,7 @@ def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
             "--node-rank",
             "1",
             "--port",
-            str(free_port()),
+            str(free_port_with(DERIVED_PORT_OFFSETS)),
             "--log",
             str(tmp_path / "node1.log"),
         ],
