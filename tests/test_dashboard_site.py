@@ -57,7 +57,11 @@ def _asv_config(tmp: Path, history: Path) -> Path:
         html_dir="html",
         env_dir=str(cache_dir() / "asv-env-dashboard-tests"),
         benchmark_dir=str(ROOT / "benchmarks"),
-        install_command=[c.replace("{conf_dir}", str(ROOT)) for c in conf["install_command"]],
+        # placement and the KV planner only: no server extras (~2 GB and minutes per release)
+        install_command=[
+            c.replace("{conf_dir}", str(ROOT)) + (" --no-server" if "envs.install" in c else "")
+            for c in conf["install_command"]
+        ],
     )
     path = tmp / "asv.json"
     path.write_text(json.dumps(conf, indent=2))

@@ -59,3 +59,38 @@ def test_run_in_env_captures_streams_and_reaps_on_timeout():
         ["pgrep", "-f", "-m", "http.server 0 --bind 127.0.0.1"], capture_output=True, text=True
     )
     assert not [int(p) for p in out.stdout.split() if alive(int(p))]
+
+
+FA3_PROBE = """
+import json, os
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+from dpbench.sglang_compat.simforward import hooks
+hooks.install()  # as the simulated server does: sgl_kernel's native-op loader is a no-op
+try:
+    import sgl_kernel.flash_attn
+except ImportError as exc:
+    print(json.dumps({"error": str(exc)}))
+else:
+    print(json.dumps({"error": None}))
+"""
+
+
+@pytest.mark.sglang
+def test_server_env_drops_the_cuda_only_fa3_binary_without_changing_its_import():
+    """sglang-kernel's FA3 extension (>1 GB) cannot load without libcuda; it is removed, and
+    ``import sgl_kernel.flash_attn`` fails with the very ImportError it raised before."""
+    from dpbench.envs.venv import CPU_UNLOADABLE, _site_packages, ensure_server_env
+
+    env = ensure_server_env("0.5.23")
+    site = _site_packages(env.python)
+    assert not [p for pattern in CPU_UNLOADABLE for p in site.glob(pattern)]
+    assert (site / "sgl_kernel" / "flash_attn.py").exists()  # the Python side stays whole
+    stamp = json.loads((env.path / "dpbench-env.json").read_text())
+    assert stamp["server"]["dropped"] == ["sgl_kernel/flash_ops.abi3.so"]
+    out = subprocess.run(
+        [str(env.python), "-c", FA3_PROBE], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["error"] == (
+        "Can not import FA3 in sgl_kernel. Please check your installation."
+    )

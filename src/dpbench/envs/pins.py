@@ -72,6 +72,7 @@ GPU_ONLY = frozenset(
         "torchao",
         "torchcodec",
         "flashinfer-python",
+        "flashinfer-cubin",  # precompiled CUDA kernels (1.8 GB, 0.5.14); only flashinfer loads them
         "sglang-kernel",
         "sgl-kernel",
         "sgl-deep-gemm",

@@ -187,7 +187,33 @@ def install_server_extras(python: str | Path, version: str) -> dict:
             f"sglang {version}'s metadata pins no sglang-kernel; the server tier needs it"
         )
     _pip(python, "--no-deps", kernel)
-    return {"requirements": reqs, "kernel": kernel}
+    dropped = drop_cpu_unloadable_binaries(python)
+    return {"requirements": reqs, "kernel": kernel, "dropped": dropped}
+
+
+# sglang-kernel's FlashAttention-3 extension: 1.1-1.7 GB of CUDA code per environment, which
+# needs libcuda.so.1 to load. ``sgl_kernel.flash_attn`` imports it inside a bare ``except:``
+# that raises the same ImportError whether the file is missing or fails to load, so on a
+# machine without CUDA removing it changes nothing but the disk the environment takes.
+CPU_UNLOADABLE = ("sgl_kernel/flash_ops.*.so",)
+
+
+def drop_cpu_unloadable_binaries(python: str | Path) -> list[str]:
+    """Remove :data:`CPU_UNLOADABLE` from ``python``'s env when this machine has no CUDA driver.
+
+    Returns the removed paths (relative to site-packages), recorded in the env's stamp.
+    """
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda"):
+        return []  # a CUDA machine: keep the wheel whole
+    site = _site_packages(python)
+    dropped = []
+    for pattern in CPU_UNLOADABLE:
+        for path in sorted(site.glob(pattern)):
+            path.unlink()
+            dropped.append(str(path.relative_to(site)))
+    return dropped
 
 
 def ensure_server_env(version: str) -> ReleaseEnv:
