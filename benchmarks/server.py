@@ -148,6 +148,11 @@ class ServeThroughput:
 
     track_delayer_delay_fraction.unit = "fraction of outcomes"
 
+    def track_delayer_delay_fraction_prefillable(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("delayer_delay_fraction_prefillable")
+
+    track_delayer_delay_fraction_prefillable.unit = "fraction of outcomes with a prefillable rank"
+
     def track_delayer_outcomes(self, cache, workload, dp_size, delayer) -> float:
         return self._m("delayer_outcomes_total")
 
@@ -250,7 +255,11 @@ if not set(SIM_DP_SIZES) <= set(get_args(SimDp)):
     raise ValueError(
         f"DPBENCH_SIM_SERVER_DP must list sizes from {get_args(SimDp)}; found {SIM_DP_SIZES}"
     )
-SIM_DELAYER_ONLY = {"delayer_outcomes_total", "delayer_delay_fraction"}
+SIM_DELAYER_ONLY = {
+    "delayer_outcomes_total",
+    "delayer_delay_fraction",
+    "delayer_delay_fraction_prefillable",
+}
 
 
 def _sim_key(spec: str, dp: int, delayer: str) -> str:
@@ -381,6 +390,11 @@ class SimulatedRooflineServe:
         return self._m("delayer_delay_fraction")
 
     track_delayer_delay_fraction.unit = "fraction of outcomes"
+
+    def track_delayer_delay_fraction_prefillable(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("delayer_delay_fraction_prefillable")
+
+    track_delayer_delay_fraction_prefillable.unit = "fraction of outcomes with a prefillable rank"
 
     def track_ttft_ms_p50(self, cache, spec, dp_size, delayer) -> float:
         return self._m("ttft_ms_p50")

@@ -257,11 +257,14 @@ class TwinOnServerScenario(TwinHighKV):
         return metric(self.result, name)
 
     def track_delayer_delay_fraction(self, *p) -> float:
-        from dpbench.server.fidelity import twin_delay_fraction
-
-        return twin_delay_fraction(self.result)
+        return self._m("delayer_delay_fraction")
 
     track_delayer_delay_fraction.unit = "fraction of outcomes"
+
+    def track_delayer_delay_fraction_prefillable(self, *p) -> float:
+        return self._m("delayer_delay_fraction_prefillable")
+
+    track_delayer_delay_fraction_prefillable.unit = "fraction of outcomes with a prefillable rank"
 
 
 RankMode = Literal["threads", "processes"]

@@ -77,7 +77,23 @@ def test_main_job_runs_heavier_tiers_on_first_and_last_early_first_post_kv_and_n
     ]
     # no early release among those selected: the first post-kv and the newest
     assert [v for v, _, _ in mainjob.choose_heavy(rows[3:], read)] == ["0.5.17", "0.5.23"]
-    assert mainjob.choose_heavy(rows[-1:], read) == [("0.5.23", "c23", "first post-kv")]
+    assert mainjob.choose_heavy(rows[-1:], read) == [("0.5.23", "c23", "first post-kv, newest")]
+    # the simulated server: the placement change's before/after pair and the newest
+    assert [v for v, _, _ in mainjob.server_sim_releases(mainjob.choose_heavy(rows, read))] == [
+        "0.5.16",
+        "0.5.17",
+        "0.5.23",
+    ]
+    one_early = mainjob.choose_heavy(rows[2:], read)  # 0.5.16 is first and last early
+    assert one_early[0] == ("0.5.16", "c16", "first early, last early")
+    assert [v for v, _, _ in mainjob.server_sim_releases(one_early)] == [
+        "0.5.16",
+        "0.5.17",
+        "0.5.23",
+    ]
+    # the suggested comparison is the placement change, not the first two releases
+    assert mainjob.compare_pair(rows, read) == (("0.5.16", "c16"), ("0.5.17", "c17"))
+    assert mainjob.compare_pair(rows[3:5], read) == (("0.5.17", "c17"), ("0.5.18", "c18"))
 
 
 def test_asv_failure_lines_name_the_benchmark():

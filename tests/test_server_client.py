@@ -256,3 +256,16 @@ def test_no_delayer_counter_means_no_delayer_count():
         exported=["sglang:prefill_delayer_outcomes_total"],
     )
     assert exported.as_metrics()["delayer_outcomes_total"].value == 0
+
+
+def test_delay_fraction_over_prefillable_passes_leaves_out_passes_with_nothing_to_prefill():
+    """One definition for both tiers: the server's idle passes (``none``) count in the
+    every-outcome fraction only."""
+    from dpbench.outcomes import delay_fractions
+
+    m = delay_fractions([("none", "true", 30.0), ("mixed", "false", 6.0), ("all", "true", 4.0)])
+    assert m["delayer_delay_fraction"].value == pytest.approx(6 / 40)
+    assert m["delayer_delay_fraction_prefillable"].value == pytest.approx(6 / 10)
+    only_idle = delay_fractions([("none", "true", 12.0)])
+    assert "delayer_delay_fraction_prefillable" not in only_idle  # nothing decided: absent
+    assert delay_fractions([]) == {}

@@ -4,10 +4,11 @@ Builds the release history (every known release, :mod:`dpbench.releases`), then 
 what to run on which commit:
 
 1. the placement tier over every selected release;
-2. the heavier tiers (the twin, and the simulated-forward server: ``server.*Simulated*``)
-   over up to four of them, chosen from step 1's own results: the first release labelled
-   ``early``, the last ``early`` one before the first ``post-kv`` (the before/after pair of
-   the placement change), the first labelled ``post-kv``, and the newest.
+2. the twin over up to four of them, chosen from step 1's own results: the first release
+   labelled ``early``, the last ``early`` one before the first ``post-kv`` (the before/after
+   pair of the placement change), the first labelled ``post-kv``, and the newest;
+3. the simulated-forward server (``server.*Simulated*``; four real SGLang servers per
+   release) over the before/after pair and the newest only.
 
 ``--bench REGEX`` replaces that plan by one asv run of REGEX over every selected release.
 Then it publishes asv's site and the dpbench dashboard, and says where everything is.
@@ -41,7 +42,10 @@ from dpbench.procs import alive, descendants
 # workload benchmarks measure dpbench itself, not SGLang, so they need one commit only:
 # `asv run --config asv.releases.json -b workloads HEAD^!`.
 PLACEMENT_BENCH = r"^placement\."
-HEAVY_BENCH = r"^(twin\.|server\.\w*Simulated)"
+TWIN_BENCH = r"^twin\."
+SERVER_SIM_BENCH = r"^server\.\w*Simulated"
+# the simulated server runs on these of choose_heavy's picks (its start-ups cost ~1 min each)
+SERVER_SIM_PICKS = ("last early", "first post-kv", "newest")
 # asv's line for a benchmark that failed, in its own setup/run or because its class's
 # setup_cache raised (asv then "skips" every benchmark of the class; it is a failure):
 # "[ 50.00%] ··· placement.Placement.track_x   failed"
@@ -143,20 +147,40 @@ def choose_heavy(rows: list[tuple[str, str]], labels: dict[str, str]) -> list[tu
     """[(version, commit, why)]: the first ``early``, the last ``early`` before the first
     ``post-kv`` (the "before" of the placement change, the pair users compare), the first
     ``post-kv`` and the newest release of ``rows``."""
-    chosen: dict[str, tuple[str, str, str]] = {}
+    why: dict[str, list[str]] = {}  # commit → reasons, a release chosen twice says both
+    version = dict((c, v) for v, c in rows)
     for want in ("early", "post-kv"):
-        hit = next(((v, c) for v, c in rows if labels.get(c) == want), None)
+        hit = next((c for _, c in rows if labels.get(c) == want), None)
         if hit is not None:
-            chosen.setdefault(hit[1], (*hit, f"first {want}"))
+            why.setdefault(hit, []).append(f"first {want}")
     first_post = next((i for i, (_, c) in enumerate(rows) if labels.get(c) == "post-kv"), None)
     if first_post is not None:
-        before = [(v, c) for v, c in rows[:first_post] if labels.get(c) == "early"]
+        before = [c for _, c in rows[:first_post] if labels.get(c) == "early"]
         if before:
-            chosen.setdefault(before[-1][1], (*before[-1], "last early"))
+            why.setdefault(before[-1], []).append("last early")
     if rows:
-        v, c = rows[-1]
-        chosen.setdefault(c, (v, c, "newest"))
+        why.setdefault(rows[-1][1], []).append("newest")
+    chosen = {c: (version[c], c, ", ".join(reasons)) for c, reasons in why.items()}
     return sorted(chosen.values(), key=lambda t: [c for _, c in rows].index(t[1]))
+
+
+def server_sim_releases(heavy: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The picks of :func:`choose_heavy` the simulated server runs on: the last ``early``,
+    the first ``post-kv`` and the newest (a release chosen for two reasons counts once)."""
+    return [h for h in heavy if any(p in h[2] for p in SERVER_SIM_PICKS)]
+
+
+def compare_pair(
+    rows: list[tuple[str, str]], labels: dict[str, str]
+) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """The pair to suggest comparing: the last ``early`` release and the first ``post-kv``
+    one (the placement change); else the first two releases run."""
+    first_post = next((i for i, (_, c) in enumerate(rows) if labels.get(c) == "post-kv"), None)
+    if first_post:
+        before = [r for r in rows[:first_post] if labels.get(r[1]) == "early"]
+        if before:
+            return before[-1], rows[first_post]
+    return (rows[0], rows[1]) if len(rows) > 1 else None
 
 
 def _asv_run(
@@ -249,21 +273,27 @@ def bench_command(
             _asv_run(asv, conf, PLACEMENT_BENCH, commits, root=root, rerun=rerun, failed=failed)
         )
         heavy = choose_heavy(selected, placement_labels(results_root, commits))
-        console.print(
-            "[bold]twin and simulated-forward server[/] over "
-            + ", ".join(f"{v} ({why})" for v, _, why in heavy)
-        )
-        rcs.append(
-            _asv_run(
-                asv,
-                conf,
-                HEAVY_BENCH,
-                [c for _, c, _ in heavy],
-                root=root,
-                rerun=rerun,
-                failed=failed,
+        served = server_sim_releases(heavy)
+        for title, regex, picks in (
+            ("twin", TWIN_BENCH, heavy),
+            ("simulated-forward server", SERVER_SIM_BENCH, served),
+        ):
+            if not picks:
+                continue
+            console.print(
+                f"[bold]{title}[/] over " + ", ".join(f"{v} ({why})" for v, _, why in picks)
             )
-        )
+            rcs.append(
+                _asv_run(
+                    asv,
+                    conf,
+                    regex,
+                    [c for _, c, _ in picks],
+                    root=root,
+                    rerun=rerun,
+                    failed=failed,
+                )
+            )
     # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
     _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
     from dpbench.dashboard import build as dashboard_build
@@ -279,10 +309,11 @@ def bench_command(
     print(f"results:    {results_root}")
     print(f"asv site:   {html_dir / 'index.html'}")
     print(f"dashboard:  {site}")
-    if len(selected) > 1:
-        a, b = selected[0], selected[1]
-        print(f"compare:    .venv/bin/asv compare --config {config.name} {a[1][:8]} {b[1][:8]}")
-        print(f"            .venv/bin/dpbench compare {a[0]} {b[0]}")
+    pair = compare_pair(selected, placement_labels(results_root, commits))
+    if pair is not None:
+        (va, ca), (vb, cb) = pair
+        print(f"compare:    .venv/bin/asv compare --config {config.name} {ca[:8]} {cb[:8]}")
+        print(f"            .venv/bin/dpbench compare {va} {vb}")
     bad = next((rc for rc in rcs if rc != 0), 0)
     if bad or failed:
         names = ", ".join(dict.fromkeys(failed)) or "(asv named none; see its output above)"

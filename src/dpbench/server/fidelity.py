@@ -41,7 +41,18 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
         "decode_rank_time_beside_prefill_fraction",
         "fraction",
     ),
-    ("delay-verdict fraction", "delayer_delay_fraction", "@delay_fraction", "fraction"),
+    (
+        "delay-verdict fraction, passes with a prefillable rank",
+        "delayer_delay_fraction_prefillable",
+        "delayer_delay_fraction_prefillable",
+        "fraction",
+    ),
+    (
+        "  … of every outcome (server counts idle passes)",
+        "delayer_delay_fraction",
+        "delayer_delay_fraction",
+        "fraction",
+    ),
     ("TTFT p50", "ttft_ms_p50", "ttft_ms_p50", "ms"),
     ("TTFT p99", "ttft_ms_p99", "ttft_ms_p99", "ms"),
     ("throughput", "request_throughput_per_s", "request_throughput_req_per_s", "req/s"),
@@ -62,20 +73,7 @@ class Inputs:
     delayer: bool = True
 
 
-def twin_delay_fraction(result: dict[str, Any]) -> float:
-    """The twin's delay-verdict fraction, counted from its outcome table as SGLang's collector
-    counts the server's; NaN when the run has no outcomes (delayer off)."""
-    rows = result.get("extra", {}).get("prefill_delayer_outcomes_total")
-    if not rows:
-        return math.nan
-    total = sum(r["count"] for r in rows)
-    delayed = sum(r["count"] for r in rows if r["output_allow"] == "false")
-    return delayed / total if total else math.nan
-
-
 def _value(result: dict[str, Any], name: str) -> float:
-    if name == "@delay_fraction":
-        return twin_delay_fraction(result)
     m = result.get("metrics", {}).get(name)
     return float(m["value"]) if m is not None else math.nan
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from dpbench.outcomes import delay_fractions
 from dpbench.results import Metric
 
 OUTCOMES = "sglang:prefill_delayer_outcomes_total"
@@ -115,9 +116,12 @@ class ServerMetrics:
             by_reason[key.split("/")[2] or "no_reason"] += v
         for reason, v in sorted(by_reason.items()):
             m[f"delayer_{reason}_total"] = Metric(v, "outcomes")
-        if total:
-            delayed = sum(v for k, v in self.delayer_outcomes.items() if k.split("/")[1] == "false")
-            m["delayer_delay_fraction"] = Metric(delayed / total, "fraction")
+        m.update(
+            delay_fractions(
+                (key.split("/")[0], key.split("/")[1], v)
+                for key, v in self.delayer_outcomes.items()
+            )
+        )
         for name, h in self.wait_histograms.items():
             short = name.split(":")[1]
             if h["count"]:

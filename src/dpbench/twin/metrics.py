@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from dpbench.outcomes import delay_fractions
 from dpbench.results import Metric
 from dpbench.twin.ranks import RankResult
 from dpbench.twin.scheduler import KIND_DECODE, KIND_EXTEND
@@ -161,6 +162,7 @@ def compute(
             "none_prefillable",
         ):
             m[f"delayer_{reason}_count"] = Metric(by_reason.get(reason, 0), "passes", "none")
+        m.update(delay_fractions((k[0], k[1], c) for k, c in outcomes.items()))
         extra["prefill_delayer_outcomes_total"] = [
             {
                 "input_estimation": k[0],
