@@ -17,13 +17,14 @@ $(STAMP): pyproject.toml
 bench: $(STAMP)
 	$(VENV)/bin/dpbench bench
 
-# What the tests need beyond .venv: the SGLang release environments they run
+# What the tests need beyond .venv: the SGLang release environments they run, with the
+# simulated-forward server's extras, two built at once
 # (built once, cached in .cache/) and Debian's Chromium for the dashboard's browser tests.
 test-deps: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "browser tests need Debian's chromium: sudo apt-get install chromium"; fi; }
-	$(VENV)/bin/dpbench env create 0.5.16 0.5.17 0.5.23
+	$(VENV)/bin/dpbench env create --server --jobs 2 0.5.16 0.5.17 0.5.23
 
 test: test-deps
 	$(VENV)/bin/ruff check src tests benchmarks

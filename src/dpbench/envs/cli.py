@@ -22,18 +22,37 @@ console = Console(stderr=True)
 @app.command("create")
 def create(
     versions: list[str] = typer.Argument(..., help="SGLang versions, e.g. 0.5.16 0.5.23"),
+    server: bool = typer.Option(
+        False, "--server", help="also add the simulated-forward server tier's extras"
+    ),
+    jobs: int = typer.Option(
+        2, "--jobs", "-j", min=1, help="environments built at once (pip is CPU-bound)"
+    ),
 ) -> None:
-    """Build (or reuse) the environment of each version."""
-    for v in versions:
-        with console.status(
-            f"SGLang {v}: environment at {env_path(v)} (first build takes minutes)"
-        ):
+    """Build (or reuse) the environment of each version, ``--jobs`` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dpbench.envs.venv import ensure_server_env
+
+    build = ensure_server_env if server else ensure_env
+    errors: list[str] = []
+    with (
+        console.status(
+            f"environments under {env_path(versions[0]).parent} (first build takes minutes)"
+        ),
+        ThreadPoolExecutor(max_workers=jobs) as pool,
+    ):
+        futures = {v: pool.submit(build, v) for v in versions}
+        for v, fut in futures.items():
             try:
-                env = ensure_env(v)
+                env = fut.result()
             except EnvError as exc:
+                errors.append(f"SGLang {v}: {exc}")
                 console.print(f"[red]SGLang {v}: {exc}[/]")
-                raise typer.Exit(1) from exc
-        console.print(f"SGLang {v}: {env.python}")
+                continue
+            console.print(f"SGLang {v}: {env.python}")
+    if errors:
+        raise typer.Exit(1)
 
 
 @app.command("list")

@@ -38,7 +38,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _pip(python: str | Path, *args: str, quiet: bool = True) -> None:
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
+    # --no-compile: no .pyc for the thousands of modules never imported here (most of pip's
+    # CPU time); Python compiles what is imported on first use.
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile"]
     if quiet:
         cmd.append("-q")
     cmd += list(args)
