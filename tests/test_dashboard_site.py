@@ -20,12 +20,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import asv_releases_config
 
 from dpbench import releases
 from dpbench.dashboard import compare, loaders
 from dpbench.dashboard.build import build_report, build_site
 from dpbench.dashboard.model import param_value
-from dpbench.paths import cache_dir, project_root
+from dpbench.paths import project_root
 
 # asv builds one environment per release on first use: ~5 min on an idle 2-core machine.
 pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -47,25 +48,7 @@ def _run(cmd: list[str], cwd: Path, timeout: int) -> str:
 
 
 def _asv_config(tmp: Path, history: Path) -> Path:
-    """asv.releases.json, with results/html in ``tmp`` and its own env dir (kept in .cache/ across runs)."""
-    from asv.util import load_json
-
-    conf = load_json(str(ROOT / "asv.releases.json"), js_comments=True)
-    conf.update(
-        repo=str(history),
-        results_dir="results",
-        html_dir="html",
-        env_dir=str(cache_dir() / "asv-env-dashboard-tests"),
-        benchmark_dir=str(ROOT / "benchmarks"),
-        # placement and the KV planner only: no server extras (~2 GB and minutes per release)
-        install_command=[
-            c.replace("{conf_dir}", str(ROOT)) + (" --no-server" if "envs.install" in c else "")
-            for c in conf["install_command"]
-        ],
-    )
-    path = tmp / "asv.json"
-    path.write_text(json.dumps(conf, indent=2))
-    return path
+    return asv_releases_config(tmp, history)
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import asv_releases_config
 
 from dpbench.faults import ENV
-from dpbench.paths import cache_dir, project_root
+from dpbench.paths import project_root
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -34,21 +35,9 @@ INJECTED = {
 
 
 def _config(tmp: Path) -> Path:
-    from asv.util import load_json
-
-    conf = load_json(str(ROOT / "asv.releases.json"), js_comments=True)
-    conf.update(
-        repo=str(tmp / "history"),
-        results_dir=str(tmp / "results"),
-        html_dir=str(tmp / "html"),
-        # the same environments as the dashboard tests (same settings), built once in .cache/
-        env_dir=str(cache_dir() / "asv-env-dashboard-tests"),
-        benchmark_dir=str(ROOT / "benchmarks"),
-        install_command=[c.replace("{conf_dir}", str(ROOT)) for c in conf["install_command"]],
+    return asv_releases_config(
+        tmp, tmp / "history", results_dir=str(tmp / "results"), html_dir=str(tmp / "html")
     )
-    path = tmp / "asv.json"
-    path.write_text(json.dumps(conf, indent=2))
-    return path
 
 
 def test_injected_failures_fail_the_main_job_after_publishing_the_rest(tmp_path):
