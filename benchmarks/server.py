@@ -247,14 +247,11 @@ class BenchServingReference:
 SimSpec = Literal[
     "long-prompt-burst-small"
 ]  # = common.FIDELITY_SPEC  # high-KV (target_kv_util 0.98), CPU-sized
-SimDp = Literal[2, 4, 8]
-# Each (DP, delayer) is one SGLang start-up (~60-90 s on 2 cores, most of a run's cost):
-# DPBENCH_SIM_SERVER_DP=2 keeps a release's share of `make bench` near 3 minutes.
-SIM_DP_SIZES = [int(x) for x in os.environ.get("DPBENCH_SIM_SERVER_DP", "2,4").split(",") if x]
-if not set(SIM_DP_SIZES) <= set(get_args(SimDp)):
-    raise ValueError(
-        f"DPBENCH_SIM_SERVER_DP must list sizes from {get_args(SimDp)}; found {SIM_DP_SIZES}"
-    )
+SimDp = Literal[2, 4]
+# Each (DP, delayer) is one SGLang start-up (~30-40 s on 2 idle cores, most of a run's
+# cost). Fixed parameters (never read from the environment): other DP sizes are
+# `dpbench server run SPEC --dp N --simulate-forward`.
+SIM_DP_SIZES = list(get_args(SimDp))
 SIM_DELAYER_ONLY = {
     "delayer_outcomes_total",
     "delayer_delay_fraction",
