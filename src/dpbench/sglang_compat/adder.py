@@ -45,11 +45,30 @@ API (also used by the scheduler twin)::
 
 ``add_one_req`` / ``add_chunked_req`` call SGLang's methods unchanged; what the adder
 admitted is in ``adder.can_run_list`` and ``adder.new_chunked_req``, as in the scheduler.
+
+A request's life in the radix tree (the scheduler twin, radix cache on)::
+
+    slots = kit.prefix_slots(req, tree)   # after admission: the matched prefix's KV slots (the tree's)
+    kit.evict(tree, n)                    # SGLang's evict_from_tree_cache before allocating n slots
+    slots = kit.cache_unfinished_req(tree, alloc, req, slots, protected=p)   # after a prefill/chunk
+    kit.cache_finished_req(tree, alloc, req, slots, protected=p)             # on finish
+    kit.release_unfinished(tree, alloc, req, slots, protected=p)             # on retraction
+
+These mirror SGLang's own ``cache_unfinished_req`` / ``cache_finished_req`` (0.5.14-0.5.20),
+``insert_req`` (0.5.21) and ``checkpoint`` + ``release_kv_cache`` (0.5.22 on) step by step
+through the release's ``RadixCache.insert`` / ``match_prefix`` / ``evict`` and lock methods:
+SGLang's versions read the request's slots from a ``ReqToTokenPool`` row (GPU-sized, with
+per-release bookkeeping on ``req.kv``) that the twin does not build. Hit counts and
+priorities (read only by the LFU/priority eviction policies; SGLang's default is LRU) are
+left at the tree's defaults. ``slots`` are the request's KV slots in token order; the
+first ``protected`` of them belong to the tree (locked by the request), the rest to the
+request.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +138,11 @@ class AdderKit:
         self._sampling = importlib.import_module("sglang.srt.sampling.sampling_params")
         self._radix = importlib.import_module("sglang.srt.mem_cache.radix_cache")
         self._base_cache = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
+        self._mem_common = importlib.import_module("sglang.srt.mem_cache.common")
+        # 0.5.20 on, finishing a request re-inserts its prompt so that the leaf splits at the
+        # prompt boundary (LRU then drops the output's KV before the prompt's). A behaviour
+        # inside RadixCache, not an API shape: read off its source, as ReqProgress reads Req's.
+        self.splits_finished_prompt = "prompt_key" in inspect.getsource(self.api.RadixCache)
 
     # -- SGLang's own types ------------------------------------------------------------
     @property
@@ -261,6 +285,94 @@ class AdderKit:
         else:
             req.prefix_indices = self._torch.cat([req.prefix_indices, slots])
         return n
+
+    # -- the radix tree across a request's life (see the module docstring) ----------------
+    @property
+    def _holds_tree_lock(self) -> bool:
+        """Where the Req keeps its tree lock (the table's ``Req computed prefix``, same releases).
+
+        ``prefix_indices`` (0.5.14-0.5.21): the adder ran ``inc_lock_ref(req.last_node)``, SGLang
+        releases with ``dec_lock_ref(req.last_node)`` (0.5.20-0.5.21 also keep a receipt that
+        ``RadixCache`` ignores). ``prefix_len`` (0.5.22 on): ``req.lock = tree.lock(req.last_node)``,
+        released with ``tree.unlock(req.lock)``.
+        """
+        return self.generation.variant("Req computed prefix") == "prefix_len"
+
+    def prefix_slots(self, req: Any, tree_cache: Any) -> Any:
+        """KV slots of the prefix the match found for ``req`` (the tree's; the adder locked them on admission)."""
+        if self._holds_tree_lock:  # 0.5.22 on: the Req keeps only the length
+            return tree_cache.prefix_device_indices(req)
+        return req.prefix_indices
+
+    def evict(self, tree_cache: Any, num_tokens: int) -> None:
+        """SGLang's ``evict_from_tree_cache``: evict LRU unlocked tree entries when the allocator has
+        fewer than ``num_tokens`` free slots (0.5.14-0.5.20 evict ``num_tokens``, 0.5.21 on the
+        shortfall, each release by its own rule). Called before every extend/decode allocation."""
+        self._mem_common.evict_from_tree_cache(tree_cache, num_tokens)
+
+    def token_ids(self, req: Any, n: int) -> array:
+        """The first ``n`` of the request's prompt + output token ids (what its KV slots hold)."""
+        return (array("q", req.origin_input_ids) + array("q", req.output_ids))[:n]
+
+    def _insert(self, tree_cache: Any, allocator: Any, req: Any, slots: Any, protected: int) -> Any:
+        """Insert the request's tokens with ``slots``; free the slots the tree already held a copy of."""
+        key = self._radix.RadixKey(token_ids=self.token_ids(req, len(slots)), extra_key=None)
+        result = tree_cache.insert(self._base_cache.InsertParams(key=key, value=slots))
+        allocator.free(slots[protected : int(result.prefix_len)])
+        return key
+
+    def _unlock(self, tree_cache: Any, req: Any) -> None:
+        if self._holds_tree_lock:
+            tree_cache.unlock(req.lock)
+            req.lock = None
+        else:
+            tree_cache.dec_lock_ref(req.last_node)
+
+    def cache_unfinished_req(
+        self, tree_cache: Any, allocator: Any, req: Any, slots: Any, *, protected: int
+    ) -> Any:
+        """SGLang's ``cache_unfinished_req`` / ``checkpoint`` after a prefill or a chunk: the request's
+        computed tokens go into the tree, the duplicates the tree held already are freed, the lock
+        moves to the new last node. Returns the tree's slots for those tokens (they replace ``slots``;
+        all of them are now protected)."""
+        key = self._insert(tree_cache, allocator, req, slots, protected)
+        match = tree_cache.match_prefix(self._base_cache.MatchPrefixParams(key=key))
+        node = match.last_device_node
+        self._unlock(tree_cache, req)
+        req.last_node = node
+        if self._holds_tree_lock:  # 0.5.22 on: MatchResult has a length; the indices are the path's
+            req.lock = tree_cache.lock(node)
+            indices = tree_cache.path_device_indices(node)
+        else:
+            tree_cache.inc_lock_ref(node)
+            indices = match.device_indices
+        if len(indices) != len(slots):
+            raise RuntimeError(
+                f"request {req.rid!r}: the tree holds {len(indices)} of its {len(slots)} cached tokens"
+            )
+        return indices
+
+    def cache_finished_req(
+        self, tree_cache: Any, allocator: Any, req: Any, slots: Any, *, protected: int
+    ) -> None:
+        """SGLang's ``cache_finished_req`` / ``insert_req`` / ``release_kv_cache(checkpoint=True)``:
+        the finished request's tokens (prompt + outputs with KV) stay in the tree as evictable
+        entries, the duplicates (and any slot past its tokens) are freed, its lock is released."""
+        key = self._insert(tree_cache, allocator, req, slots, protected)
+        allocator.free(slots[len(key) :])
+        prompt = len(req.origin_input_ids)
+        if self.splits_finished_prompt and 0 < prompt < len(key):
+            prompt_key = self._radix.RadixKey(token_ids=key.token_ids[:prompt], extra_key=None)
+            tree_cache.insert(self._base_cache.InsertParams(key=prompt_key, value=slots[:prompt]))
+        self._unlock(tree_cache, req)
+
+    def release_unfinished(
+        self, tree_cache: Any, allocator: Any, req: Any, slots: Any, *, protected: int
+    ) -> None:
+        """SGLang's retraction (``release_kv_cache`` without insert): the request's own slots are
+        freed, its locked prefix stays in the tree (evictable once unlocked)."""
+        allocator.free(slots[protected:])
+        self._unlock(tree_cache, req)
 
     def budget(self, adder: Any) -> dict[str, Any]:
         """The adder's remaining budgets (tokens), read through SGLang's own properties."""

@@ -20,8 +20,12 @@ Definitions (simulated time unless the name says wall):
   ranks, one observation per rank per pass — as SGLang's collector counts them.
 - TTFT: first token's step end − arrival. Throughput: finished requests (output
   tokens) / (last finish − first arrival).
-- KV utilization: used / pool tokens per rank after each step; p50 over all
-  (rank, step) samples, max over all.
+- KV utilization (``kv_utilization_*``): SGLang's ``token_usage``, the one the delayer
+  reads: (pool − free − evictable) / pool per rank after each step, where evictable are
+  radix-tree entries no request holds (finished requests' KV kept for prefix reuse);
+  p50 over all (rank, step) samples, max over all. ``kv_pool_occupied_*``: (pool − free)
+  / pool, evictable entries included: what the simulated server's per-step records read
+  (``total − allocator.available_size()``). With the radix cache off the two agree.
 - ``scheduler_pass_us_p50``: real wall time of one rank's scheduler pass (SGLang's
   adder and delayer, the delayer's gloo all-gather included), median over all passes;
   ``passes_per_s``: lockstep steps per wall second of the loop.
@@ -98,6 +102,15 @@ def compute(
     span = float(np.nanmax(finish) - np.min(arrival)) if done.any() else float("nan")
 
     kv_util = np.concatenate([r.kv_used.astype(np.float64) / r.kv_capacity for r in results])
+    # per-step pool occupancy, where the rank results carry it (RankScheduler.kv_pool_occupied)
+    pool = [r.kv_pool_occupied for r in results]
+    kv_pool = (
+        np.concatenate(
+            [p.astype(np.float64) / r.kv_capacity for p, r in zip(pool, results, strict=True)]
+        )
+        if all(p is not None for p in pool)
+        else None
+    )
     pass_us = np.concatenate([r.pass_us for r in results]).astype(np.float64)
     loop_wall = max(r.loop_wall_s for r in results)
     loop_cpu = sum(r.loop_cpu_s for r in results)
@@ -129,6 +142,16 @@ def compute(
         "kv_utilization_p50": Metric(_pct(kv_util, 50), "fraction", "none"),
         "kv_utilization_max": Metric(
             float(kv_util.max()) if kv_util.size else float("nan"), "fraction", "none"
+        ),
+        **(
+            {
+                "kv_pool_occupied_p50": Metric(_pct(kv_pool, 50), "fraction", "none"),
+                "kv_pool_occupied_max": Metric(
+                    float(kv_pool.max()) if kv_pool.size else float("nan"), "fraction", "none"
+                ),
+            }
+            if kv_pool is not None
+            else {}
         ),
         "retractions_count": Metric(sum(r.retractions for r in results), "requests", "lower"),
         "scheduler_pass_us_p50": Metric(_pct(pass_us, 50), "us", "lower"),

@@ -183,6 +183,9 @@ class RankResult:
     loop_wall_s: float
     loop_cpu_s: float  # CPU time of this rank's thread in the loop (its own work, no waiting)
     max_prefill_bs_kind: str
+    kv_pool_occupied: np.ndarray | None = (
+        None  # int32 after the step, evictable tree entries included
+    )
 
 
 def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> None:
@@ -263,6 +266,7 @@ class StepRecords:
         self.kind: list[int] = []
         self.new_tokens: list[int] = []
         self.kv_used: list[int] = []
+        self.kv_pool_occupied: list[int] = []
         self.outcome: list[int] = []
         self.reported: list[int] = []
         self.allowed: list[int] = []
@@ -273,10 +277,19 @@ class StepRecords:
         self.step_dur: list[float] = []
         self.labels: dict[tuple[str, str, str, str], int] = {}
 
-    def add(self, plan: PassPlan, kv_used: int, pass_us: float, end_s: float, dur_s: float) -> None:
+    def add(
+        self,
+        plan: PassPlan,
+        kv_used: int,
+        kv_pool_occupied: int,
+        pass_us: float,
+        end_s: float,
+        dur_s: float,
+    ) -> None:
         self.kind.append(plan.kind)
         self.new_tokens.append(plan.new_tokens)
         self.kv_used.append(kv_used)
+        self.kv_pool_occupied.append(kv_pool_occupied)
         self.admitted.append(plan.admitted)
         self.chunk.append(int(plan.continued_chunk))
         self.pass_us.append(pass_us)
@@ -417,7 +430,7 @@ def lockstep(
             t.finish_s = clock
         dispatch.observe(rows)
         any_work = any(r.has_work for r in rows)
-        records.add(plan, sched.kv_used, pass_us, clock, dur)
+        records.add(plan, sched.kv_used, sched.kv_pool_occupied, pass_us, clock, dur)
         stall.check(rows, any_work, dispatch.exhausted, rank, sched)
         if progress is not None and len(records) % 256 == 0:
             progress.send(("progress", rank, sum(r.finished for r in rows), len(records), clock))
@@ -444,6 +457,7 @@ def _result(
         kind=np.asarray(rec.kind, dtype=np.int8),
         new_tokens=np.asarray(rec.new_tokens, dtype=np.int32),
         kv_used=np.asarray(rec.kv_used, dtype=np.int32),
+        kv_pool_occupied=np.asarray(rec.kv_pool_occupied, dtype=np.int32),
         outcome=np.asarray(rec.outcome, dtype=np.int16),
         reported=np.asarray(rec.reported, dtype=np.int8),
         allowed=np.asarray(rec.allowed, dtype=np.int8),

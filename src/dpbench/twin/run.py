@@ -164,8 +164,8 @@ def run_twin(
         )
     notes.append(
         (
-            "radix cache on (SGLang's default): add_one_req's general path; finished requests' KV is "
-            "freed rather than kept evictable, prefix reuse across requests is not modelled"
+            "radix cache on (SGLang's default): add_one_req's general path; requests' KV is cached in "
+            "SGLang's RadixCache (prefix reuse, evictable entries, LRU eviction)"
             if s.radix_cache
             else "radix cache off (--disable-radix-cache): add_one_req hands ignore_eos requests to "
             "add_one_req_ignore_eos"

@@ -11,8 +11,16 @@ retracting when the next decode does not fit in the KV pool) or idles.
 
 The twin owns the stateful rest (:meth:`RankScheduler.complete`): KV allocated from
 SGLang's real ``TokenToKVPoolAllocator`` for every admitted extend token and every
-decoded token, freed when a request finishes or is retracted. It never reads a clock:
-time stamps come from the caller.
+decoded token. With the radix cache on (SGLang's default) the rank keeps SGLang's real
+``RadixCache`` filled as the scheduler does: a prefill's (or chunk's) tokens go into the
+tree with their slots once its result is processed (``cache_unfinished_req``: duplicates
+freed, the request's lock moved to the new node), a finished request's prompt and output
+stay there as evictable entries (``cache_finished_req``), a retracted one frees only its
+own slots; later requests match a cached prefix and extend only the rest, and LRU
+entries are evicted before any allocation finds too few free slots
+(``evict_from_tree_cache``). With it off, a request's KV is freed when it finishes or is
+retracted. It never reads a clock: time stamps come from the caller (the tree's LRU
+order comes from its own access stamps, which only order its nodes).
 """
 
 from __future__ import annotations
@@ -49,7 +57,8 @@ class TrackedReq:
     arrival_s: float
     max_new_tokens: int
     kv_slots: list[Any] = field(default_factory=list)  # allocator index tensors, in token order
-    kv_tokens: int = 0
+    kv_tokens: int = 0  # tokens with KV (context attention reads), a cached prefix included
+    protected: int = 0  # the first `protected` slots are the radix tree's (locked by the request)
     first_token_s: float | None = None
     finish_s: float | None = None
     retractions: int = 0
@@ -98,8 +107,9 @@ class RankScheduler:
         self.allocator = kit.new_allocator(kv_tokens)
         # SGLang's RadixCache, on by default as in SGLang; disable=True is the tree-less
         # (ChunkCache-like) mode, where add_one_req hands ignore_eos requests to
-        # add_one_req_ignore_eos. Finished requests' KV is freed, not kept evictable.
-        self.tree_cache = kit.new_tree_cache(self.allocator, disable=not settings.radix_cache)
+        # add_one_req_ignore_eos and a request's KV is freed when it finishes.
+        self.radix = settings.radix_cache
+        self.tree_cache = kit.new_tree_cache(self.allocator, disable=not self.radix)
         self.kv_capacity = kv_tokens
         self.delayer = delayer
         self.collector = collector
@@ -112,6 +122,8 @@ class RankScheduler:
         self.lagged: list[
             TrackedReq
         ] = []  # finished last step; the overlap scheduler sees them next pass
+        # prefilled last step (request, tokens computed): cached in the tree with that step's results
+        self.lagged_prefills: list[tuple[TrackedReq, int]] = []
         self.waiting: list[TrackedReq] = []
         self.running: list[TrackedReq] = []
         self.chunked: TrackedReq | None = None
@@ -127,6 +139,14 @@ class RankScheduler:
     # -- state --------------------------------------------------------------------------
     @property
     def kv_used(self) -> int:
+        """KV tokens in use as SGLang's ``token_usage`` counts them (the delayer's input):
+        pool − free − evictable (``pool_stats_observer._get_token_info``); tree entries no
+        request holds do not count."""
+        return self.kv_pool_occupied - int(self.tree_cache.evictable_size())
+
+    @property
+    def kv_pool_occupied(self) -> int:
+        """Pool slots taken, evictable tree entries included: ``total − allocator.available_size()``."""
         return self.kv_capacity - int(self.allocator.available_size())
 
     @property
@@ -276,8 +296,7 @@ class RankScheduler:
         """SGLang's ``update_running_batch``: retract until the next decode fits, else decay the ratio."""
         if not self.running:
             return 0
-        free = int(self.allocator.available_size())
-        if free >= len(self.running):
+        if self._decode_fits(len(self.running)):
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.ratio_min)
             return 0
         # SGLang's retraction order: keep long outputs, retract short-output/long-input first.
@@ -291,12 +310,16 @@ class RankScheduler:
             reverse=True,
         )
         retracted = []
-        while len(order) > 1 and (free < len(order) or not retracted):
+        while len(order) > 1 and (not retracted or not self._decode_fits(len(order))):
             victim = self.running[order.pop()]
-            free += self._release(victim)
+            self._release(victim, finished=False)
+            # SGLang's release_req: use the newly evictable memory at once
+            self._evict(len(order) * self.retract_decode_steps)
             victim.req.reset_for_retract()
             victim.retractions += 1
             retracted.append(victim)
+        gone = {id(t) for t in retracted}
+        self.lagged_prefills = [(t, n) for t, n in self.lagged_prefills if id(t) not in gone]
         keep = set(order)
         self.running = [t for i, t in enumerate(self.running) if i in keep or id(t) in lagged]
         reqs = [t.req for t in self.running]
@@ -322,20 +345,33 @@ class RankScheduler:
         """
         finished: list[TrackedReq] = []
         first: list[TrackedReq] = []
+        prefilled: list[tuple[TrackedReq, int]] = []
         lagged = {id(t) for t in self.lagged}
         if plan.kind == KIND_EXTEND:
+            self._evict(sum(self.kit.extend_tokens(t.req) for t in plan.batch))
             for t in plan.batch:
+                if self.radix and t.kv_tokens == 0:  # admitted: its matched prefix is the tree's
+                    prefix = self.kit.prefix_slots(t.req, self.tree_cache)
+                    t.kv_slots = [prefix]
+                    t.kv_tokens = t.protected = len(prefix)
                 n = self.kit.extend_tokens(t.req)
                 self._grow(t, n)
-                self.progress.set_computed(t.req, self._slots(t))
                 if t is self.chunked:
+                    # SGLang caches the chunk before the next pass (stash_chunked_request)
+                    if self.radix:
+                        self._cache_unfinished(t, t.kv_tokens)
+                    self.progress.set_computed(t.req, self._slots(t))
                     continue  # mid-prompt: no token yet
+                self.progress.set_computed(t.req, self._slots(t))
                 if t.first_token_s is None:  # a retracted request keeps its first stamp
                     first.append(t)
                 if self._emit_token(t):
                     finished.append(t)
+                elif self.radix:
+                    prefilled.append((t, t.kv_tokens))
                 self.running.append(t)
         elif plan.kind == KIND_DECODE:
+            self._evict(len(plan.batch))
             slots = self.allocator.alloc(len(plan.batch))
             if slots is None:
                 raise RuntimeError(
@@ -349,13 +385,18 @@ class RankScheduler:
                     continue  # finished last step: the overlap scheduler's extra decode
                 if self._emit_token(t):
                     finished.append(t)
+        # The step's results: with the overlap scheduler, processed after the next step is scheduled.
         release = self.lagged if self.overlap else finished
         self.lagged = finished if self.overlap else []
+        cache = self.lagged_prefills if self.overlap else prefilled
+        self.lagged_prefills = prefilled if self.overlap else []
+        for t, n in cache:
+            self._cache_unfinished(t, n)
         if release:
             done = {id(t) for t in release}
             self.running = [t for t in self.running if id(t) not in done]
             for t in release:
-                self._release(t)
+                self._release(t, finished=True)
                 del self._by_req[id(t.req)]
             self.batch_is_full = False
         if not self.has_work:
@@ -386,10 +427,37 @@ class RankScheduler:
             t.kv_slots = [torch.cat(t.kv_slots)]
         return t.kv_slots[0] if t.kv_slots else torch.empty((0,), dtype=torch.int64)
 
-    def _release(self, t: TrackedReq) -> int:
-        n = t.kv_tokens
-        if t.kv_slots:
-            self.allocator.free(self._slots(t))
+    def _decode_fits(self, n: int) -> bool:
+        """SGLang's ``check_decode_mem``: evict for the next decode's ``n`` slots, then compare."""
+        self._evict(n)
+        return int(self.allocator.available_size()) >= n
+
+    def _evict(self, n: int) -> None:
+        if self.radix:
+            self.kit.evict(self.tree_cache, n)
+
+    def _cache_unfinished(self, t: TrackedReq, n: int) -> None:
+        """SGLang's ``cache_unfinished_req``: the first ``n`` tokens' KV go into the tree (now its slots)."""
+        slots = self._slots(t)
+        cached = self.kit.cache_unfinished_req(
+            self.tree_cache, self.allocator, t.req, slots[:n], protected=t.protected
+        )
+        t.kv_slots = [cached, slots[n:]]
+        t.protected = n
+
+    def _release(self, t: TrackedReq, *, finished: bool) -> None:
+        """The request gives its KV back: freed (radix off), kept in the tree (finished) or its own part freed (retracted)."""
+        if not self.radix:
+            if t.kv_slots:
+                self.allocator.free(self._slots(t))
+        elif finished:
+            self.kit.cache_finished_req(
+                self.tree_cache, self.allocator, t.req, self._slots(t), protected=t.protected
+            )
+        else:
+            self.kit.release_unfinished(
+                self.tree_cache, self.allocator, t.req, self._slots(t), protected=t.protected
+            )
         t.kv_slots = []
         t.kv_tokens = 0
-        return n
+        t.protected = 0
