@@ -418,10 +418,10 @@ class SimulatedRooflineServe:
 
     track_errors.unit = "requests"
 
-    def track_kv_utilization_max(self, cache, spec, dp_size, delayer) -> float:
-        return self._m("kv_utilization_max")
+    def track_kv_pool_occupied_max(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("kv_pool_occupied_max")
 
-    track_kv_utilization_max.unit = "fraction"
+    track_kv_pool_occupied_max.unit = "fraction (evictable entries included)"
 
     def track_scheduler_overhead_ms_p50(self, cache, spec, dp_size, delayer) -> float:
         return optional_metric(self.result, "scheduler_overhead_ms_p50")

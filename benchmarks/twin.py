@@ -193,6 +193,11 @@ class TwinHighKV:
 
     track_kv_utilization_max.unit = "fraction"
 
+    def track_kv_pool_occupied_max(self, *p) -> Any:
+        return self._m("kv_pool_occupied_max")
+
+    track_kv_pool_occupied_max.unit = "fraction (evictable entries included)"
+
     def track_retractions(self, *p) -> Any:
         return self._m("retractions_count")
 

@@ -49,7 +49,7 @@ def test_mixed_steps_and_decode_rank_time_beside_prefill(tmp_path):
     )
     # overhead: 0.3 s between starts minus the slowest sleep (0.2, 0.1 s), busy consecutive pairs
     assert m["scheduler_overhead_ms_p50"].value == pytest.approx(150.0, abs=1.0)
-    assert m["kv_utilization_max"].value == pytest.approx(0.1)
+    assert m["kv_pool_occupied_max"].value == pytest.approx(0.1)
 
 
 def test_a_truncated_last_line_is_dropped_and_steps_since_a_time(tmp_path):

@@ -54,6 +54,12 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
         "fraction",
     ),
     ("TTFT p50", "ttft_ms_p50", "ttft_ms_p50", "ms"),
+    (
+        "KV pool occupied p50 (evictable included)",
+        "kv_pool_occupied_p50",
+        "kv_pool_occupied_p50",
+        "fraction",
+    ),
     ("TTFT p99", "ttft_ms_p99", "ttft_ms_p99", "ms"),
     ("throughput", "request_throughput_per_s", "request_throughput_req_per_s", "req/s"),
     ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s"),

@@ -146,7 +146,7 @@ class ServerMetrics:
                 )
         # token_usage gauges are read once, after the run (the pool's state then, not a
         # maximum); they stay in ``extra``. The simulated server's step records give the
-        # real per-step maximum (kv_utilization_max).
+        # real per-step maximum (kv_pool_occupied_max).
         return m
 
 
