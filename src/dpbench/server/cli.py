@@ -40,6 +40,8 @@ _SHOWN = (
     "client_loop_lag_ms_p99",
     "delayer_outcomes_total",
     "delayer_delay_fraction",
+    "delayer_delay_fraction_prefillable",
+    "kv_pool_occupied_p50",
     "kv_token_usage_fraction_max",
     "server_startup_s",
     "dp_mixed_step_fraction",
