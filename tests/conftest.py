@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
+
+# pytest-xdist's workers run with SIGINT ignored, and an ignored signal stays ignored across
+# exec in every child: the Ctrl-C tests' subprocesses would never see their SIGINT. Python's
+# own handler here is reset to the default in children, as in a shell.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The real wheels the CPU tests exercise: the before/after pair of PR #31835 and the newest.
 TEST_RELEASES = ("0.5.16", "0.5.17", "0.5.23")

@@ -18,6 +18,7 @@ from dpbench.workload.spec import (
 
 SHIPPED = [
     "agentic-multiturn",
+    "agentic-multiturn-small",  # CPU-sized shared-prefix high-KV spec (twin vs server)
     "balanced-baseline",
     "long-context-chat",
     "long-prompt-burst",
@@ -40,7 +41,7 @@ GOOD = textwrap.dedent(
 )
 
 
-def test_shipped_specs_are_the_five_named_ones():
+def test_shipped_specs_are_the_six_named_ones():
     assert known_specs() == SHIPPED
 
 

@@ -59,7 +59,11 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
     (r"errors?$|errors?_", "lower", "failed requests"),
     (r"ttft|itl|tpot|e2e|latency", "lower", "a latency"),
     (r"retraction", "lower", "requests retracted for lack of KV"),
-    (r"kv_(utilization|token_usage)", "none", "set by the workload's KV target; descriptive"),
+    (
+        r"kv_(utilization|token_usage|pool_occupied)",
+        "none",
+        "set by the workload's KV target; descriptive",
+    ),
     (
         r"throughput|tokens_per_s|tok_per_s|req_per_s|request_rate|goodput|per_s$",
         "higher",
