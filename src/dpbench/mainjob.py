@@ -223,7 +223,8 @@ def bench_command(
         "--bench",
         "-b",
         help="asv benchmark regex run over every selected release, instead of the default plan "
-        "(placement everywhere; twin and simulated server on the first early, last early, first post-kv, newest)",
+        "(placement everywhere; the twin on the first early, last early, first post-kv and newest; "
+        "the simulated server on the last early, first post-kv and newest)",
     ),
     rerun: bool = typer.Option(False, help="re-run benchmarks that already have results"),
     config: Path = typer.Option(
