@@ -184,6 +184,16 @@ def test_fidelity_pairs_twin_and_simulated_server_on_the_same_scenario():
         "delayer": "on",
     }
     assert p["rows"] == [[0, 2.0, None, None, 2.5, None, None, pytest.approx(-20.0)]]
+    assert p["dev_unit"] == "%"
+
+
+def test_fidelity_deviation_of_a_fraction_is_in_points():
+    from dpbench.dashboard.fidelity import deviation
+
+    assert deviation(0.02, 0.01, "fraction") == (pytest.approx(1.0), "pts")
+    assert deviation(0.0, 0.0, "fraction (evictable entries included)") == (0.0, "pts")
+    assert deviation(110.0, 100.0, "ms") == (pytest.approx(10.0), "%")
+    assert deviation(1.0, 0.0, "ms") == (None, "%")
 
 
 MODEL = {

@@ -187,17 +187,26 @@ def test_thread_ranks_give_the_gloo_processes_numbers(runs, release_env, tmp_pat
 
 
 def test_ablation_arm_hides_the_delayer_from_chunk_continuations(release_env, tmp_path):
-    """0.5.23 with add_chunked_req's report hidden: runs, says so, and keeps the post-KV placement."""
+    """0.5.23 with add_chunked_req's report hidden: runs, says so, and keeps the post-KV placement.
+
+    The same run swaps in 0.5.16's batch_is_full rule (the arm ``batch-is-full=always``):
+    the result says the rule came from the flag, not from the release.
+    """
     r = _twin(
         release_env("0.5.23"),
         tmp_path / "ablation.json",
         "--hide-delayer-from-chunked-req",
+        "--batch-is-full-rule",
+        "always",
         "--rank-mode",
         "threads",
     )
     assert r["extra"]["config"]["scheduler"]["hide_delayer_from_chunked_req"] is True
     assert any("ablation arm" in n for n in r["notes"])
     assert r["metrics"]["requests_finished_count"]["value"] == 60
+    d = r["extra"]["scheduler_defaults"]
+    assert d["batch_is_full_on_no_token"] == "always"
+    assert d["sources"]["batch_is_full_on_no_token"] == "--batch-is-full-rule"
 
 
 def test_injected_scenario_failure_fails_the_run(release_env, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -341,3 +343,105 @@ def test_physical_topology_splits_attention_and_charges_mixed_steps():
     assert physical.step_time([decode] * 4) == pytest.approx(plain.step_time([decode] * 4))
     with pytest.raises(ValueError, match="tp_size must be a multiple of dp_size"):
         RooflineModel(model, dp_size=4, tp_size=6)
+
+
+def test_batch_is_full_rules_are_the_compat_layers_names():
+    from dpbench.sglang_compat import scheduling
+    from dpbench.twin.config import BATCH_IS_FULL_RULES
+
+    assert set(BATCH_IS_FULL_RULES) == {
+        scheduling.BATCH_IS_FULL_ALWAYS,
+        scheduling.BATCH_IS_FULL_IF_ADMITTED_OR_RUNNING,
+    }
+    with pytest.raises(TwinConfigError, match="batch_is_full_rule must be one of"):
+        SchedulerSettings(batch_is_full_rule="sometimes")
+    args = module_args(build_config(batch_is_full_rule="always"))
+    i = args.index("--batch-is-full-rule")
+    assert args[i + 1] == "always"
+    assert "--batch-is-full-rule" not in module_args(build_config())
+
+
+@pytest.mark.parametrize(
+    "arm, flags",
+    [
+        ("0.5.16:batch-is-full=if_admitted_or_running",
+         ["--batch-is-full-rule", "if_admitted_or_running"]),
+        ("0.5.17:ablation,no-overlap",
+         ["--hide-delayer-from-chunked-req", "--disable-overlap-schedule"]),
+        ("0.5.16:conservativeness=2", ["--schedule-conservativeness", "2"]),
+    ],
+)  # fmt: skip
+def test_sweep_arms_turn_into_twin_flags(arm, flags):
+    from dpbench.twin.cli import arm_flags
+
+    assert arm_flags(arm) == (arm.partition(":")[0], flags)
+
+
+@pytest.mark.parametrize(
+    "arm, needle",
+    [
+        (
+            "0.5.16:batch-is-full=never",
+            "batch-is-full= takes one of always, if_admitted_or_running",
+        ),
+        ("0.5.16:conservativeness=high", "conservativeness= needs a number"),
+        ("0.5.16:fast", "unknown mode 'fast'"),
+    ],
+)
+def test_a_bad_sweep_arm_names_what_exists(arm, needle):
+    from dpbench.twin.cli import arm_flags
+
+    with pytest.raises(ValueError, match=needle):
+        arm_flags(arm)
+
+
+def test_replayed_arrivals_go_to_the_rank_the_server_chose():
+    from dpbench.twin.ranks import Arrivals, Dispatcher
+
+    arrivals = Arrivals(
+        ids=("a", "b", "c"),
+        arrival_s=np.array([0.1, 0.2, 0.3]),
+        input_len=np.array([8, 8, 8]),
+        max_new_tokens=np.array([2, 2, 2]),
+        ignore_eos=True,
+        token_ids=lambda i: [1] * 8,
+        rank=np.array([1, 1, 0]),
+    )
+    taken = {r: Dispatcher(arrivals, 2, r, "round_robin").take(0.25) for r in (0, 1)}
+    assert taken == {0: [], 1: [0, 1]}  # round robin would have split a and b
+
+
+def _trace(n):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(id=f"r{i}", arrival_s=0.1 * i) for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("not json", "cannot read it as JSON"),
+        ('{"extra": {}}', "without extra.scheduler_arrivals"),
+        ('{"r0": [0.0, 0]}', "1 of the trace's 2 requests have no arrival there (first: r1)"),
+        ('{"r0": [0.0, 0], "r1": [0.5, 2]}', "want seconds ≥ 0 and a rank in 0 … 1"),
+    ],
+)
+def test_bad_replayed_arrivals_are_named(tmp_path, content, needle):
+    from dpbench.twin.run import load_replay
+
+    path = tmp_path / "arrivals.json"
+    path.write_text(content)
+    with pytest.raises(TwinConfigError, match=re.escape(needle)):
+        load_replay(str(path), _trace(2), 2)
+
+
+def test_replayed_arrivals_read_from_a_server_result(tmp_path):
+    import json
+
+    from dpbench.twin.run import load_replay
+
+    path = tmp_path / "run.json"
+    path.write_text(
+        json.dumps({"extra": {"scheduler_arrivals": {"r0": [0.3, 1], "r1": [0.05, 0]}}})
+    )
+    assert load_replay(str(path), _trace(2), 2) == {"r0": (0.3, 1), "r1": (0.05, 0)}

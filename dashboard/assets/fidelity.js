@@ -27,7 +27,7 @@
       for (const r of p.rows) {
         const tr = DP.el("tr");
         const cells = [p.metric + " (" + p.unit + ")", DP.scenarioText(p.scenario), p.machine, commits[r[0]].label,
-                       band(r[1], r[2], r[3]), band(r[4], r[5], r[6]), r[7] == null ? "—" : DP.sign(r[7]) + " %"];
+                       band(r[1], r[2], r[3]), band(r[4], r[5], r[6]), r[7] == null ? "—" : DP.sign(r[7]) + (p.dev_unit === "pts" ? " pts" : " %")];
         for (const c of cells) tr.appendChild(DP.el("td", {}, c));
         tbody.appendChild(tr);
       }

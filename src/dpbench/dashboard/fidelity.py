@@ -5,7 +5,9 @@ contains "Simulated"; every number marked ``executor: simulated``) runs SGLang's
 server processes with only the model forward replaced by the cost model; the twin runs
 SGLang's real adder and delayer in lockstep ranks. Where both measured the same metric
 on the same scenario (common parameters equal, ``workload`` read as ``spec``, a
-parameter only one tier has at ``default``) on a commit, the two values go side by side, with the twin's deviation from the server.
+parameter only one tier has at ``default``) on a commit, the two values go side by side,
+with the twin's deviation from the server: in percentage points for a fraction (a
+DP-mixed fraction of 0.02 against 0.01 is +1 point, not +100 %), relative otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ SAME_METRIC = {"request_throughput_per_s": "request_throughput"}
 
 def _name(chart: dict[str, Any]) -> str:
     return SAME_METRIC.get(chart["metric"], chart["metric"])
+
+
+def deviation(twin: float, server: float, unit: str) -> tuple[float | None, str]:
+    """Twin − server: percentage points for fractions, else percent of the server's value."""
+    if unit.startswith("fraction"):
+        return (twin - server) * 100, "pts"
+    return ((twin - server) / abs(server) * 100 if server != 0 else None), "%"
 
 
 def _same_scenario(a: dict[str, str], b: dict[str, str]) -> bool:
@@ -56,7 +65,7 @@ def pairs(model: dict[str, Any]) -> list[dict[str, Any]]:
                         q = sv.get(p[0])
                         if q is None:
                             continue
-                        dev = (p[1] - q[1]) / abs(q[1]) * 100 if q[1] != 0 else None
+                        dev, _ = deviation(p[1], q[1], twin["unit"])
                         rows.append([p[0], p[1], p[2], p[3], q[1], q[2], q[3], dev])
                     if rows:
                         out.append(
@@ -68,7 +77,8 @@ def pairs(model: dict[str, Any]) -> list[dict[str, Any]]:
                                 "machine": ts["machine"],
                                 "twin": [nt, kt],
                                 "server": [ns, ks],
-                                "rows": rows,  # [commit, twin, lo, hi, server, lo, hi, dev %]
+                                "rows": rows,  # [commit, twin, lo, hi, server, lo, hi, dev]
+                                "dev_unit": deviation(0.0, 1.0, twin["unit"])[1],
                             }
                         )
     out.sort(key=lambda p: (p["metric"], sorted(p["scenario"].items())))

@@ -71,6 +71,7 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
     ),
     (r"tflops|gbps|bandwidth|flop_fraction|bw_fraction", "higher", "achieved rate vs ceiling"),
     (r"wall_over|overhead", "lower", "wall time beyond the ranks' own work: overhead"),
+    (r"device_idle", "lower", "device time lost to scheduler CPU work the overlap did not hide"),
     (r"wall_time|_us_|_ms_|_ms$|_us$|_s$|seconds", "lower", "a duration"),
 )
 _COMPILED = tuple((re.compile(p), b, w) for p, b, w in DIRECTIONS)

@@ -6,7 +6,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -48,8 +48,9 @@ _SHOWN = (
     "decode_rank_s_beside_prefill",
     "decode_rank_time_beside_prefill_fraction",
     "simulated_step_ms_p50",
-    "scheduler_overhead_ms_p50",
-    "scheduler_overhead_ms_p90",
+    "device_idle_ms_p50",
+    "device_idle_ms_p90",
+    "device_idle_fraction",
     "steps_count",
 )
 
@@ -113,7 +114,15 @@ SimulateForward = Annotated[
 TimeScale = Annotated[
     float,
     typer.Option(
-        help="simulated forward sleeps and arrival gaps are multiplied by this (0 < s ≤ 100)"
+        help="simulated forward times and arrival gaps are multiplied by this (0 < s ≤ 100)"
+    ),
+]
+SerialForward = Annotated[
+    bool,
+    typer.Option(
+        "--serial-forward",
+        help="simulated forward: sleep on the scheduler's thread instead of queueing on the "
+        "virtual device, so every step also pays the scheduler's CPU work (no overlap)",
     ),
 ]
 Release = Annotated[
@@ -198,6 +207,7 @@ def run(
     dry_run: Annotated[bool, typer.Option(help="print the launch command and exit")] = False,
     simulate_forward: SimulateForward = False,
     time_scale: TimeScale = 1.0,
+    serial_forward: SerialForward = False,
     sglang: Release = None,
     log_dir: Annotated[
         Path | None,
@@ -235,6 +245,7 @@ def run(
         time_scale,
         sglang,
     )
+    opts = dataclasses.replace(opts, serial_forward=serial_forward)
     if log_dir is not None:
         opts = dataclasses.replace(opts, log_dir=str(log_dir))
     if step_records_dir is not None:
@@ -441,6 +452,15 @@ def client_bench(
         print(json.dumps(res, indent=2))
 
 
+def _fidelity_diff(row: dict[str, Any], key: str, rel_key: str) -> str:
+    if row[key] != row[key]:
+        return "n/a"
+    if row["unit"] == "fraction":
+        return f"{row[key] * 100:+.2f} pts"
+    rel = f" ({row[rel_key]:+.0%})" if row[rel_key] == row[rel_key] else ""
+    return f"{row[key]:+.4g}{rel}"
+
+
 @app.command()
 def fidelity(
     spec: Annotated[str, typer.Argument(help="workload name or spec path (its seed is used)")],
@@ -452,6 +472,13 @@ def fidelity(
         int, typer.Option(help="global --chunked-prefill-size given to both sides")
     ] = 4096,
     delayer: Delayer = True,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            min=1, help="server runs per release (the twin is deterministic; the server is not)"
+        ),
+    ] = 1,
+    serial_forward: SerialForward = False,
 ) -> None:
     """Twin vs simulated-forward server on the same spec, seed, DP size and chunk size, per release."""
     from dpbench.server.fidelity import FidelityError, Inputs
@@ -459,25 +486,36 @@ def fidelity(
 
     con = console()
     for release in sglang:
-        inp = Inputs(spec, dp, release, chunked_prefill_size, delayer)
+        inp = Inputs(spec, dp, release, chunked_prefill_size, delayer, repeats, serial_forward)
         try:
             report = run_fidelity(inp)
         except FidelityError as exc:
             _fail(str(exc))
+        idle = ", ".join(f"{v:.1%}" for v in report["server_device_idle_fraction"])
         table = Table(
             title=f"twin vs server (forward simulated, cost model {report['cost_model']}): {spec}, "
-            f"dp {dp}, chunk {chunked_prefill_size}, SGLang {release}; server overhead "
-            f"{report['server_scheduler_overhead_ms_p50']:.1f} ms/step p50 vs simulated step "
-            f"{report['server_simulated_step_ms_p50']:.1f} ms p50"
+            f"dp {dp}, chunk {chunked_prefill_size}, SGLang {release}, {repeats} server run(s); "
+            f"server device idle (CPU work not hidden) {idle}"
         )
-        for col in ("metric", "twin", "server", "server − twin", "rel."):
+        cols = (
+            "metric",
+            "twin",
+            "server mean",
+            "server runs",
+            "server − twin",
+            "twin on each run's arrivals",
+            "server − that (paired mean)",
+        )
+        for col in cols:
             table.add_column(col, justify="left" if col == "metric" else "right")
         for row in report["rows"]:
             table.add_row(
                 f"{row['metric']} ({row['unit']})",
-                f"{row['twin']:.4g}",
+                f"{row['twin']:.4g}" + (" (in range)" if row["within_range"] else ""),
                 f"{row['server']:.4g}",
-                f"{row['diff']:+.4g}",
-                f"{row['rel']:+.0%}" if row["rel"] == row["rel"] else "n/a",
+                " ".join(f"{v:.4g}" for v in row["server_runs"]),
+                _fidelity_diff(row, "diff", "rel"),
+                " ".join(f"{v:.4g}" for v in row["replay_runs"]),
+                _fidelity_diff(row, "replay_diff", "replay_rel"),
             )
         con.print(table)

@@ -8,8 +8,21 @@ metrics both report, with the server's value minus the twin's.
 
 Both sides are simulations of a GPU deployment; the server side adds what the twin
 leaves out (SGLang's real scheduler loop, overlap schedule, retraction, radix cache,
-HTTP/tokenizer path and its CPU overhead, measured per step), so a difference is the
-twin's simplification plus the server's CPU overhead, never "error against a GPU".
+HTTP/tokenizer path and its CPU work, the part the overlap does not hide measured as
+device idle per step), so a difference is the twin's simplification plus that CPU work,
+never "error against a GPU".
+
+The twin is deterministic per seed; the server is not (its steps meet wall-clock
+arrivals), so the server side runs ``repeats`` times and each row carries the server's
+mean, range and spread beside the twin's value. A fraction's difference is in points.
+
+Each server run also records when every request reached its scheduler and on which DP
+rank; the twin is run again on exactly those arrivals (``--replay-arrivals``), with its
+passes that run no forward lasting as long as that server's passes lasted while a rank
+waited (SGLang's ``prefill_delayer_wait_seconds`` over ``…_wait_forward_passes``; the
+twin's default is an estimate for a GPU host). The paired difference server run −
+twin-on-its-arrivals leaves out the HTTP/tokenizer/DP controller path and the CPU's
+loop speed, and measures the scheduling alone.
 """
 
 from __future__ import annotations
@@ -22,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from dpbench import results
 from dpbench.paths import project_root, results_dir
@@ -77,6 +92,12 @@ class Inputs:
     release: str
     chunked_prefill_size: int = 4096
     delayer: bool = True
+    repeats: int = 1
+    serial_forward: bool = False
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
 
 
 def _value(result: dict[str, Any], name: str) -> float:
@@ -84,13 +105,23 @@ def _value(result: dict[str, Any], name: str) -> float:
     return float(m["value"]) if m is not None else math.nan
 
 
-def run_twin(inp: Inputs, out: Path, python: str) -> dict[str, Any]:
+def run_twin(
+    inp: Inputs,
+    out: Path,
+    python: str,
+    replay: Path | None = None,
+    idle_pass_ms: float | None = None,
+) -> dict[str, Any]:
     args = [
         python, "-m", "dpbench.twin.run", inp.spec,
         "--dp", str(inp.dp), "--tp", str(inp.dp),
         "--chunked-prefill-size", str(inp.chunked_prefill_size),
-        "--no-timeline", "-o", str(out),
+        "--rank-mode", "threads", "--no-timeline", "-o", str(out),
     ]  # fmt: skip
+    if replay is not None:
+        args += ["--replay-arrivals", str(replay)]
+    if idle_pass_ms is not None and not math.isnan(idle_pass_ms):
+        args += ["--idle-pass-ms", repr(idle_pass_ms)]
     if not inp.delayer:
         args.append("--no-delayer")
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
@@ -116,6 +147,7 @@ def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
         simulate_forward=True,
         sglang=inp.release,
         chunked_prefill_size=inp.chunked_prefill_size,
+        serial_forward=inp.serial_forward,
         log_dir=str(log_dir),
     )
     result = execute(prepare(opts))
@@ -123,15 +155,52 @@ def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
     return result
 
 
-def compare(twin: dict[str, Any], server: dict[str, Any]) -> list[dict[str, Any]]:
+def _mean(values: list[float]) -> float:
+    seen = [v for v in values if not math.isnan(v)]
+    return float(np.mean(seen)) if seen else math.nan
+
+
+def compare(
+    twin: dict[str, Any],
+    servers: list[dict[str, Any]],
+    replays: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Per metric: the twin's value, the server runs' values, mean, range, and mean − twin.
+
+    ``diff`` is in the metric's unit (×100 = points for a fraction); ``rel`` is diff over the
+    twin's value; ``within_range`` says whether the twin lies inside the server's min–max.
+    With ``replays`` (the twin run on each server run's own scheduler arrivals, same order),
+    ``replay_runs`` holds those and ``replay_diff`` the mean of the paired differences
+    server run − twin on that run's arrivals.
+    """
     rows = []
     for label, s_name, t_name, unit in ROWS:
-        t, s = _value(twin, t_name), _value(server, s_name)
+        t = _value(twin, t_name)
+        runs = [_value(srv, s_name) for srv in servers]
+        seen = [v for v in runs if not math.isnan(v)]
+        s = _mean(runs)
         diff = s - t if not (math.isnan(s) or math.isnan(t)) else math.nan
         rel = diff / abs(t) if t and not math.isnan(diff) else math.nan
-        rows.append(
-            {"metric": label, "unit": unit, "twin": t, "server": s, "diff": diff, "rel": rel}
-        )
+        row = {
+            "metric": label,
+            "unit": unit,
+            "twin": t,
+            "server": s,
+            "server_runs": runs,
+            "server_min": min(seen) if seen else math.nan,
+            "server_max": max(seen) if seen else math.nan,
+            "server_sd": float(np.std(seen, ddof=1)) if len(seen) > 1 else math.nan,
+            "diff": diff,
+            "rel": rel,
+            "within_range": bool(seen) and not math.isnan(t) and min(seen) <= t <= max(seen),
+        }
+        if replays is not None:
+            rep = [_value(r, t_name) for r in replays]
+            row["replay_runs"] = rep
+            row["replay_diff"] = _mean([a - b for a, b in zip(runs, rep, strict=True)])
+            rd, rm = row["replay_diff"], _mean(rep)
+            row["replay_rel"] = rd / abs(rm) if rm and not math.isnan(rd) else math.nan
+        rows.append(row)
     return rows
 
 
@@ -143,21 +212,41 @@ def run(inp: Inputs, *, out_dir: Path | None = None) -> dict[str, Any]:
     stem = f"{Path(inp.spec).stem}-dp{inp.dp}-chunk{inp.chunked_prefill_size}-sglang{inp.release}"
     out_dir = out_dir or results_dir() / "fidelity"
     out_dir.mkdir(parents=True, exist_ok=True)
+    if inp.serial_forward:
+        stem += "-serial"
     t0 = time.monotonic()
     twin = run_twin(inp, out_dir / f"{stem}-twin.json", python)
     t_twin = time.monotonic() - t0
-    server = run_server(inp, out_dir / f"{stem}-server.json", out_dir / "server-logs")
+    paths = [out_dir / f"{stem}-server-r{i}.json" for i in range(inp.repeats)]
+    servers = [run_server(inp, path, out_dir / "server-logs") for path in paths]
+    replay_paths = [out_dir / f"{stem}-twin-replay-r{i}.json" for i in range(inp.repeats)]
+    # the twin on each server run's own arrivals, its idle passes as long as that server's
+    # passes were while a rank waited (SGLang's wait histogram; absent if nobody waited)
+    replays = [
+        run_twin(
+            inp,
+            out,
+            python,
+            replay=path,
+            idle_pass_ms=_value(srv, "prefill_delayer_wait_pass_ms"),
+        )
+        for out, path, srv in zip(replay_paths, paths, servers, strict=True)
+    ]
     report = {
         "inputs": inp.__dict__,
         "executor": "simulated",
-        "cost_model": server.get("cost_model"),
-        "rows": compare(twin, server),
+        "cost_model": servers[0].get("cost_model"),
+        "rows": compare(twin, servers, replays),
         "twin_result": str(out_dir / f"{stem}-twin.json"),
-        "server_result": str(out_dir / f"{stem}-server.json"),
+        "twin_replay_results": [str(p) for p in replay_paths],
+        "server_results": [str(p) for p in paths],
         "twin_wall_s": t_twin,
         "server_wall_s": time.monotonic() - t0 - t_twin,
-        "server_scheduler_overhead_ms_p50": _value(server, "scheduler_overhead_ms_p50"),
-        "server_simulated_step_ms_p50": _value(server, "simulated_step_ms_p50"),
+        "server_device_idle_fraction": [_value(srv, "device_idle_fraction") for srv in servers],
+        "server_device_idle_ms_p50": [_value(srv, "device_idle_ms_p50") for srv in servers],
+        "server_simulated_step_ms_p50": [_value(srv, "simulated_step_ms_p50") for srv in servers],
+        "server_pickup_ms_p50": [_value(srv, "pickup_ms_p50") for srv in servers],
+        "server_wait_pass_ms": [_value(srv, "prefill_delayer_wait_pass_ms") for srv in servers],
     }
     from dpbench.atomic import write_json
 

@@ -127,6 +127,13 @@ class ServerMetrics:
             if h["count"]:
                 unit = "s" if short.endswith("seconds") else "passes"
                 m[f"{short}_mean"] = Metric(h["sum"] / h["count"], unit, "lower")
+        secs = self.wait_histograms.get("sglang:prefill_delayer_wait_seconds")
+        passes = self.wait_histograms.get("sglang:prefill_delayer_wait_forward_passes")
+        if secs and passes and passes["sum"] > 0:
+            # how long one scheduler pass lasted while a rank waited (SGLang's own two sums)
+            m["prefill_delayer_wait_pass_ms"] = Metric(
+                secs["sum"] / passes["sum"] * 1e3, "ms", "none"
+            )
         # SGLang's DP cooperation counters (SGLANG_ENABLE_METRICS_DP_ATTENTION=1): decode
         # tokens per number of ranks prefilling in the same step.
         coop = [

@@ -96,6 +96,13 @@ class RunOptions:
         default=1.0,
         metadata={"help": "simulated forward sleeps and arrival times are multiplied by this"},
     )
+    serial_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "simulated forward: sleep on the scheduler's thread instead of queueing on "
+            "the virtual device (every step then also pays the scheduler's CPU work)"
+        },
+    )
     sglang: str | None = field(
         default=None, metadata={"help": "run from this release's environment (sets python)"}
     )
@@ -337,6 +344,7 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
         cost_factory=simcost.FACTORY,
         cost_args=cost_args,
         time_scale=opts.time_scale,
+        virtual_device=not opts.serial_forward,
     )
     path = conf.write(run_dir / "simforward.json")
     described = simcost.describe(**cost_args)
@@ -345,6 +353,9 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
         "cost_model": described["name"],
         "cost_model_description": described["description"],
         "time_scale": opts.time_scale,
+        "forward_timing": "slept on the scheduler thread"
+        if opts.serial_forward
+        else "virtual device (launch returns; results wait for the device)",
         "server_model_shape": SIM_SERVER_MODEL,
         "real": "HTTP server, tokenizer manager, DP controller, schedulers, PrefillDelayer, "
         "radix cache, KV pool, metrics, gloo MLP sync",
@@ -453,7 +464,13 @@ def execute(
         extra["server_metrics"] = asdict(srv)
     metrics["server_startup_s"] = Metric(ready_s, "s", "lower")
     if opts.simulate_forward:
-        from dpbench.server.steps import StepRecordError, read_records, since, summarise
+        from dpbench.server.steps import (
+            StepRecordError,
+            read_arrivals,
+            read_records,
+            since,
+            summarise,
+        )
 
         try:
             records = since(read_records(step_dir(opts, run_dir), cfg.dp_size), t_load)
@@ -471,6 +488,11 @@ def execute(
         else:
             metrics.update(step_metrics)
             extra["steps"] = table
+        sent = {o.id: o.start_s for o in load.outcomes if o.start_s}
+        arrivals, pickup = read_arrivals(step_dir(opts, run_dir), cfg.dp_size, sent, load.t0)
+        metrics.update(pickup)
+        # when each request reached its scheduler and which DP rank: the twin can replay these
+        extra["scheduler_arrivals"] = arrivals
         extra["step_records_dir"] = str(step_dir(opts, run_dir))
     if died is not None:
         extra["incomplete"] = f"server process died during the run: {died}"

@@ -11,8 +11,11 @@ is step ``i``. Definitions match the twin's (:mod:`dpbench.twin.metrics`):
 - a step's simulated time is the slowest rank's modelled time (ranks meet at the MLP
   sync); ``decode_rank_s_beside_prefill`` = Σ over mixed steps of step time × decoding
   ranks (rank-weighted), and its fraction of all decode-rank seconds;
-- measured scheduler overhead: wall time between consecutive forward starts minus the
-  step's slept time, over back-to-back busy steps (both steps have a non-idle rank).
+- device idle between back-to-back busy steps (both have a non-idle rank): the step's
+  device start (the last rank's, since the ranks' collectives need all of them) minus the
+  previous step's device end (the last rank's). With the virtual device this is the
+  scheduler's CPU work that the overlap schedule did not hide; with the forward slept on
+  the scheduler's thread (``virtual_device`` off) it is all of it.
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ def since(records: list[list[dict[str, Any]]], t0: float) -> list[list[dict[str,
     return [rows[first:] for rows in records]
 
 
+def _start(rec: dict[str, Any]) -> float:
+    """A forward's device start; records from before the virtual device started at launch."""
+    return float(rec.get("start", rec["t"]))
+
+
 def _kind_step(kinds: list[str]) -> str:
     ext = "extend" in kinds
     dec = "decode" in kinds
@@ -75,7 +83,8 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
     step_kind = [_kind_step(k) for k in kinds]
     model_s = np.array([[records[r][i]["model_s"] for r in range(len(records))] for i in range(n)])
     sleep_s = np.array([[records[r][i]["sleep_s"] for r in range(len(records))] for i in range(n)])
-    t = np.array([[records[r][i]["t"] for r in range(len(records))] for i in range(n)])
+    start = np.array([[_start(records[r][i]) for r in range(len(records))] for i in range(n)])
+    end = start + sleep_s
     step_s = model_s.max(axis=1)
     counts = {k: step_kind.count(k) for k in KINDS}
     active = n - counts["idle"]
@@ -84,10 +93,8 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
     beside = float((step_s * decoding)[mixed].sum())
     decode_rank_s = float((step_s * decoding).sum())
     busy = np.array([s != "idle" for s in step_kind])
-    start = t.min(axis=1)
-    interval = np.diff(start)
     pair = busy[:-1] & busy[1:]
-    overhead_ms = (interval - sleep_s.max(axis=1)[:-1])[pair] * 1e3
+    idle_ms = np.clip(start.max(axis=1)[1:] - end.max(axis=1)[:-1], 0.0, None)[pair] * 1e3
     m: dict[str, Metric] = {
         "dp_mixed_step_fraction": Metric(
             counts["mixed"] / active if active else float("nan"), "fraction", "lower"
@@ -120,12 +127,13 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
     )
     m["kv_pool_occupied_max"] = Metric(float(kv_pool.max()), "fraction", "none")
     m["kv_pool_occupied_p50"] = Metric(float(np.median(kv_pool)), "fraction", "none")
-    if overhead_ms.size:
-        m["scheduler_overhead_ms_p50"] = Metric(
-            float(np.percentile(overhead_ms, 50)), "ms", "lower"
-        )
-        m["scheduler_overhead_ms_p90"] = Metric(
-            float(np.percentile(overhead_ms, 90)), "ms", "lower"
+    if idle_ms.size:
+        m["device_idle_ms_p50"] = Metric(float(np.percentile(idle_ms, 50)), "ms", "lower")
+        m["device_idle_ms_p90"] = Metric(float(np.percentile(idle_ms, 90)), "ms", "lower")
+        m["device_idle_fraction"] = Metric(
+            float(idle_ms.sum() / (idle_ms.sum() + 1e3 * sleep_s.max(axis=1)[busy].sum())),
+            "fraction",
+            "lower",
         )
     table = {
         "kinds": kinds,
@@ -140,3 +148,34 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
         "steps_per_rank": lengths,
     }
     return m, table
+
+
+def read_arrivals(
+    record_dir: str | Path, dp_size: int, sent: dict[str, float], t0: float
+) -> tuple[dict[str, list[float]], dict[str, Metric]]:
+    """When each sent request reached its DP rank's scheduler, from ``arrivals-rank<N>.jsonl``.
+
+    ``sent`` maps request id → client send time (monotonic); ``t0`` is the client's time
+    zero. Returns ``{id: [seconds after t0, dp rank]}`` for the requests found (SGLang's
+    own warm-up request is not in ``sent``) and the pick-up latency: client send → the
+    scheduler takes the request in (HTTP, tokenizer manager, DP controller, and the wait
+    for the scheduler's next loop iteration, which a long forward makes long).
+    """
+    found: dict[str, list[float]] = {}
+    for r in range(dp_size):
+        path = Path(record_dir) / f"arrivals-rank{r}.jsonl"
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if rec["rid"] in sent:
+                found[rec["rid"]] = [round(rec["t"] - t0, 6), r]
+    pickup = np.array([(found[i][0] + t0 - sent[i]) * 1e3 for i in found])
+    m: dict[str, Metric] = {}
+    if pickup.size:
+        m["pickup_ms_p50"] = Metric(float(np.percentile(pickup, 50)), "ms", "lower")
+        m["pickup_ms_p99"] = Metric(float(np.percentile(pickup, 99)), "ms", "lower")
+    return found, m

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from dpbench.twin.config import BATCH_IS_FULL_RULES
+
 app = typer.Typer(
     help="Scheduler twin: SGLang's real PrefillAdder and PrefillDelayer on N DP ranks joined by gloo, on CPU.",
     no_args_is_help=True,
@@ -325,6 +327,7 @@ ARM_MODES = {
     "physical": ["--cost-topology", "physical"],
 }
 ARM_VALUE_MODES = {"conservativeness": "--schedule-conservativeness"}
+ARM_CHOICE_MODES = {"batch-is-full": ("--batch-is-full-rule", BATCH_IS_FULL_RULES)}
 
 
 def arm_flags(arm: str) -> tuple[str, list[str]]:
@@ -341,10 +344,18 @@ def arm_flags(arm: str) -> tuple[str, list[str]]:
             except ValueError:
                 raise ValueError(f"arm {arm!r}: {name}= needs a number, got {value!r}") from None
             flags += [ARM_VALUE_MODES[name], value]
+        elif name in ARM_CHOICE_MODES and eq:
+            flag, choices = ARM_CHOICE_MODES[name]
+            if value not in choices:
+                raise ValueError(
+                    f"arm {arm!r}: {name}= takes one of {', '.join(choices)}, got {value!r}"
+                )
+            flags += [flag, value]
         else:
             raise ValueError(
                 f"arm {arm!r}: unknown mode {mode!r}; modes: {', '.join(ARM_MODES)}, "
-                f"{', '.join(k + '=X' for k in ARM_VALUE_MODES)}"
+                f"{', '.join(k + '=X' for k in ARM_VALUE_MODES)}, "
+                f"{', '.join(k + '=' + '|'.join(c) for k, (_, c) in ARM_CHOICE_MODES.items())}"
             )
     return version, flags
 
@@ -442,7 +453,8 @@ def sweep(
         list[str],
         typer.Option(
             help="an arm: a release (0.5.16), optionally with modes after ':' (0.5.17:ablation: add_chunked_req "
-            "without the delayer; no-radix; no-overlap; conservativeness=X); give two or more, each is "
+            "without the delayer; no-radix; no-overlap; physical; conservativeness=X; "
+            "batch-is-full=always|if_admitted_or_running); give two or more, each is "
             "compared with the first"
         ),
     ],

@@ -13,6 +13,9 @@ RankMode = Literal["processes", "threads"]
 RANK_MODES: tuple[str, ...] = get_args(RankMode)
 StepExchange = Literal["shared_memory", "gloo"]
 STEP_EXCHANGES: tuple[str, ...] = get_args(StepExchange)
+# sglang_compat.scheduling's names for the NO_TOKEN → batch_is_full rules (kept equal, tested)
+BatchIsFullRule = Literal["always", "if_admitted_or_running"]
+BATCH_IS_FULL_RULES: tuple[str, ...] = get_args(BatchIsFullRule)
 MAX_DP_SIZE = 16
 
 
@@ -65,6 +68,13 @@ class SchedulerSettings:
             "help": "the overlap scheduler's one-pass lag in freeing finished requests (off: --disable-overlap-schedule)"
         },
     )
+    batch_is_full_rule: str | None = field(
+        default=None,
+        metadata={
+            "help": "how NO_TOKEN sets batch_is_full: 'always' (0.5.16/0.5.17) or "
+            "'if_admitted_or_running' (0.5.23); None: the release's own rule"
+        },
+    )
     hide_delayer_from_chunked_req: bool = field(
         default=False,
         metadata={
@@ -86,6 +96,11 @@ class SchedulerSettings:
         if self.prefill_delayer_max_delay_passes < 1:
             raise TwinConfigError(
                 f"prefill_delayer_max_delay_passes must be ≥ 1, got {self.prefill_delayer_max_delay_passes}"
+            )
+        if self.batch_is_full_rule not in (None, *BATCH_IS_FULL_RULES):
+            raise TwinConfigError(
+                f"batch_is_full_rule must be one of {BATCH_IS_FULL_RULES} or None, "
+                f"got {self.batch_is_full_rule!r}"
             )
         sc = self.schedule_conservativeness
         if sc is not None and not sc >= 0:
@@ -121,6 +136,22 @@ class TwinConfig:
     )
     max_requests: int | None = field(
         default=None, metadata={"help": "replay only the first N requests of the trace (None: all)"}
+    )
+    replay_arrivals: str | None = field(
+        default=None,
+        metadata={
+            "help": "a simulated-forward server's run result (or a JSON {id: [seconds, dp rank]}): "
+            "each request arrives when and where it reached that server's scheduler, instead of "
+            "at its trace time through the dispatch policy"
+        },
+    )
+    idle_pass_s: float | None = field(
+        default=None,
+        metadata={
+            "help": "simulated seconds of a lockstep pass in which no rank runs a forward (SGLang's "
+            "event loop spinning: receive, adder, the delayer's and MLP-sync all-gathers); None: "
+            "the cost model's per-step overhead. It sets how many delay verdicts a wait yields"
+        },
     )
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     step_exchange: StepExchange = field(
@@ -167,6 +198,10 @@ class TwinConfig:
             )
         if self.dispatch not in DISPATCHES:
             raise TwinConfigError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
+        if self.idle_pass_s is not None and not 0 < self.idle_pass_s <= 1.0:
+            raise TwinConfigError(
+                f"idle_pass_s must be in (0, 1] seconds or None, got {self.idle_pass_s!r}"
+            )
         if self.max_total_tokens_per_rank is not None and self.max_total_tokens_per_rank < 16:
             raise TwinConfigError(
                 f"max_total_tokens_per_rank must be ≥ 16 tokens or None, got {self.max_total_tokens_per_rank}"
@@ -211,11 +246,14 @@ def build_config(
     radix_cache: bool = True,
     overlap_schedule: bool = True,
     hide_delayer_from_chunked_req: bool = False,
+    batch_is_full_rule: str | None = None,
     deadline: float = 600.0,
     step_exchange: str = "shared_memory",
     rank_mode: str = "processes",
     cost_topology: str = "per-rank-gpu",
     timeline: bool = True,
+    replay_arrivals: str | None = None,
+    idle_pass_s: float | None = None,
 ) -> TwinConfig:
     """The one way the CLI (``dpbench twin``) and ``python -m dpbench.twin.run`` turn flags into a config."""
     if hide_delayer_from_chunked_req and not delayer:
@@ -234,12 +272,15 @@ def build_config(
             radix_cache=radix_cache,
             overlap_schedule=overlap_schedule,
             hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
+            batch_is_full_rule=batch_is_full_rule,
         ),
         deadline_s=deadline,
         step_exchange=step_exchange,  # type: ignore[arg-type]
         rank_mode=rank_mode,  # type: ignore[arg-type]
         cost_topology=cost_topology,  # type: ignore[arg-type]
         record_timeline=timeline,
+        replay_arrivals=replay_arrivals,
+        idle_pass_s=idle_pass_s,
     )
 
 
@@ -262,6 +303,12 @@ def module_args(config: TwinConfig) -> list[str]:
         out.append("--disable-radix-cache")
     if not s.overlap_schedule:
         out.append("--disable-overlap-schedule")
+    if s.batch_is_full_rule is not None:
+        out += ["--batch-is-full-rule", s.batch_is_full_rule]
+    if config.replay_arrivals is not None:
+        out += ["--replay-arrivals", config.replay_arrivals]
+    if config.idle_pass_s is not None:
+        out += ["--idle-pass-ms", repr(config.idle_pass_s * 1e3)]
     if s.hide_delayer_from_chunked_req:
         out.append("--hide-delayer-from-chunked-req")
     if not config.record_timeline:

@@ -89,6 +89,7 @@ class Arrivals:
     max_new_tokens: np.ndarray
     ignore_eos: bool
     token_ids: Callable[[int], list[int]]  # index -> prompt token ids
+    rank: np.ndarray | None = None  # replayed arrivals: the DP rank each request went to
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -155,6 +156,7 @@ class RankJob:
     make_kit: Callable[[], Any]
     defaults: Any  # sglang_compat.scheduling.SchedulerDefaults, resolved once in the parent
     exchange: Any  # SharedMemoryExchange | GlooExchange
+    idle_pass_s: float  # a pass in which no rank runs a forward
 
 
 @dataclass
@@ -244,7 +246,9 @@ class Dispatcher:
         mine = []
         a = self.arrivals
         while self.next_i < len(a) and a.arrival_s[self.next_i] <= clock:
-            if self.policy == "round_robin":
+            if a.rank is not None:
+                target = int(a.rank[self.next_i])
+            elif self.policy == "round_robin":
                 target = self._rr % self.n
                 self._rr += 1
             else:
@@ -422,7 +426,11 @@ def lockstep(
             finished=finished_local,
         )
         rows = [StepRow(*r) for r in job.exchange.all_gather(rank, row, group)]
-        dur = job.cost.step_time([r.work() for r in rows])
+        dur = (
+            job.idle_pass_s
+            if all(r.kind == KIND_IDLE for r in rows)
+            else job.cost.step_time([r.work() for r in rows])
+        )
         clock += dur  # the one place simulated time moves; stamps come after it
         for t in done.first_token:
             t.first_token_s = clock

@@ -11,6 +11,7 @@ per progress event on stdout (the CLI draws its progress bar from them).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing as mp
 import sys
@@ -24,14 +25,16 @@ import numpy as np
 from dpbench.procs import free_port
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
 from dpbench.twin.config import (
+    BATCH_IS_FULL_RULES,
     COST_TOPOLOGIES,
     DISPATCHES,
     RANK_MODES,
     STEP_EXCHANGES,
     TwinConfig,
+    TwinConfigError,
     build_config,
 )
-from dpbench.twin.cost import make_cost_model
+from dpbench.twin.cost import RankWork, make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
     Arrivals,
@@ -65,6 +68,12 @@ def prepare_release(config: TwinConfig) -> tuple[Any, dict[str, Any], SchedulerD
         chunked_prefill_size=s.chunked_prefill_size,
         schedule_conservativeness=s.schedule_conservativeness,
     )
+    if s.batch_is_full_rule is not None:
+        defaults = dataclasses.replace(
+            defaults,
+            batch_is_full_on_no_token=s.batch_is_full_rule,
+            sources={**defaults.sources, "batch_is_full_on_no_token": "--batch-is-full-rule"},
+        )
     if s.enable_prefill_delayer and delayer_needs_runtime_context():
         compat.publish_runtime_context(
             config.dp_size,
@@ -75,6 +84,37 @@ def prepare_release(config: TwinConfig) -> tuple[Any, dict[str, Any], SchedulerD
         )
     kit = AdderKit(page_size=s.page_size)
     return kit, release_info(), defaults
+
+
+def load_replay(path: str, trace: list[Any], dp_size: int) -> dict[str, tuple[float, int]]:
+    """``{id: (seconds, dp rank)}`` for every trace request, from a server run result or a plain map."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TwinConfigError(f"--replay-arrivals {path}: cannot read it as JSON ({exc})") from exc
+    if "extra" in data:
+        if "scheduler_arrivals" not in data["extra"]:
+            raise TwinConfigError(
+                f"--replay-arrivals {path}: a run result without extra.scheduler_arrivals "
+                "(only simulated-forward server runs record them)"
+            )
+        data = data["extra"]["scheduler_arrivals"]
+    missing = [r.id for r in trace if r.id not in data]
+    if missing:
+        raise TwinConfigError(
+            f"--replay-arrivals {path}: {len(missing)} of the trace's {len(trace)} requests have no "
+            f"arrival there (first: {missing[0]}); it must come from a run of the same spec and seed"
+        )
+    out = {}
+    for r in trace:
+        t, rank = data[r.id]
+        if not (0 <= int(rank) < dp_size) or not float(t) >= 0:
+            raise TwinConfigError(
+                f"--replay-arrivals {path}: request {r.id} at {t} s on rank {rank}; "
+                f"want seconds ≥ 0 and a rank in 0 … {dp_size - 1}"
+            )
+        out[r.id] = (float(t), int(rank))
+    return out
 
 
 def run_twin(
@@ -118,15 +158,22 @@ def run_twin(
     )
     kit, provenance, defaults = prepare_release(config)
     vocab = model.vocab_size
-    order = sorted(range(len(trace)), key=lambda i: (trace[i].arrival_s, i))
+    given = (
+        load_replay(config.replay_arrivals, trace, config.dp_size)
+        if config.replay_arrivals
+        else None
+    )
+    at = {r.id: (given[r.id][0] if given else r.arrival_s) for r in trace}
+    order = sorted(range(len(trace)), key=lambda i: (at[trace[i].id], i))
     ordered = [trace[i] for i in order]
     arrivals = Arrivals(
         ids=tuple(r.id for r in ordered),
-        arrival_s=np.array([r.arrival_s for r in ordered], dtype=np.float64),
+        arrival_s=np.array([at[r.id] for r in ordered], dtype=np.float64),
         input_len=np.array([r.input_len for r in ordered], dtype=np.int64),
         max_new_tokens=np.array([r.max_new_tokens for r in ordered], dtype=np.int64),
         ignore_eos=bool(spec.ignore_eos),
         token_ids=lambda i: ordered[i].token_ids(vocab),
+        rank=np.array([given[r.id][1] for r in ordered], dtype=np.int64) if given else None,
     )
     if config.rank_mode == "threads":
         exchange: Any = BatonExchange(Baton(config.dp_size, config.deadline_s))
@@ -143,6 +190,9 @@ def run_twin(
         make_kit=lambda: kit,
         defaults=defaults,
         exchange=exchange,
+        idle_pass_s=config.idle_pass_s
+        if config.idle_pass_s is not None
+        else cost.step_time([RankWork("idle")] * config.dp_size),
     )
     total = len(ordered)
     results = (run_rank_threads if config.rank_mode == "threads" else run_ranks)(
@@ -173,6 +223,24 @@ def run_twin(
         + f"; overlap scheduler lag {'on' if s.overlap_schedule else 'off (--disable-overlap-schedule)'}"
         + f"; max_prefill_bs tracking: {results[0].max_prefill_bs_kind}"
     )
+    if s.batch_is_full_rule is not None:
+        notes.append(
+            f"batch_is_full on NO_TOKEN: {s.batch_is_full_rule} (--batch-is-full-rule, not the release's)"
+        )
+    if config.replay_arrivals:
+        notes.append(
+            f"arrivals replayed from {config.replay_arrivals}: each request arrived when and on the "
+            "DP rank where that server's scheduler took it in"
+        )
+    notes.append(
+        f"a pass in which no rank runs a forward lasts {job.idle_pass_s * 1e3:.3g} ms of simulated "
+        + (
+            "time (--idle-pass-ms)"
+            if config.idle_pass_s is not None
+            else "time (the cost model's per-step overhead, an estimate of SGLang's event-loop "
+            "iteration on a GPU host): it sets how many delay verdicts a wait of given length yields"
+        )
+    )
     if s.hide_delayer_from_chunked_req:
         notes.append(
             "ablation arm: add_chunked_req ran without the delayer (placement measured alone)"
@@ -191,6 +259,8 @@ def run_twin(
             "cost_topology": config.cost_topology,
             "step_exchange": exchange.name,
             "rank_mode": config.rank_mode,
+            "replay_arrivals": config.replay_arrivals,
+            "idle_pass_s": job.idle_pass_s,
         },
         scheduler_defaults=defaults.as_dict(),
         kv_plan=kv_plan.as_dict() if kv_plan is not None else None,
@@ -257,6 +327,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--hide-delayer-from-chunked-req", action="store_true", help="ablation arm")
+    p.add_argument(
+        "--idle-pass-ms",
+        type=float,
+        default=None,
+        help="simulated time of a pass in which no rank runs a forward (default: the cost "
+        "model's per-step overhead)",
+    )
+    p.add_argument(
+        "--replay-arrivals",
+        default=None,
+        help="a simulated-forward server's run result: replay when and where its requests arrived",
+    )
+    p.add_argument(
+        "--batch-is-full-rule",
+        choices=BATCH_IS_FULL_RULES,
+        default=None,
+        help="NO_TOKEN → batch_is_full rule (default: the release's)",
+    )
     p.add_argument("--calibration", default=None)
     p.add_argument("--deadline", type=float, default=600.0)
     p.add_argument("--step-exchange", choices=STEP_EXCHANGES, default="shared_memory")
@@ -280,6 +368,9 @@ def config_from_args(args: argparse.Namespace) -> TwinConfig:
         radix_cache=not args.disable_radix_cache,
         overlap_schedule=not args.disable_overlap_schedule,
         hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
+        batch_is_full_rule=args.batch_is_full_rule,
+        replay_arrivals=args.replay_arrivals,
+        idle_pass_s=args.idle_pass_ms / 1e3 if args.idle_pass_ms is not None else None,
         deadline=args.deadline,
         step_exchange=args.step_exchange,
         rank_mode=args.rank_mode,

@@ -22,7 +22,15 @@ class SimForwardConfig:
         metadata={"help": "module:function returning cost(own_work, global_tokens) -> seconds"}
     )
     cost_args: dict[str, Any] = field(default_factory=dict)
-    time_scale: float = field(default=1.0, metadata={"help": "sleep = modelled time × this"})
+    time_scale: float = field(default=1.0, metadata={"help": "device time = modelled time × this"})
+    virtual_device: bool = field(
+        default=True,
+        metadata={
+            "help": "forwards queue on a virtual device and results wait for it (the overlap "
+            "scheduler hides CPU work, as on a GPU); False: the forward sleeps on the "
+            "scheduler's thread"
+        },
+    )
     token_id: int = field(
         default=1000, metadata={"help": "the token every request generates (not EOS: runs to max)"}
     )

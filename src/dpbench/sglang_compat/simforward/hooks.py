@@ -81,9 +81,24 @@ REGISTRY: tuple[Hook, ...] = (
     Hook(
         _RUNNER,
         "ModelRunner.forward",
-        "the forward: sleep the cost model's time for this rank's batch, record the step",
+        "the forward: queue the cost model's time for this rank's batch on a virtual device "
+        "(or sleep it), record the step",
         standin.forward,
         requires=("forward_batch",),
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler",
+        "Scheduler.handle_generate_request",
+        "record when each request reaches its DP rank's scheduler (delivery latency; twin replay)",
+        standin.log_arrival,
+        requires=("recv_req",),
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler",
+        "Scheduler.process_batch_result",
+        "results are read only once the virtual device has finished the forward (a GPU's sync)",
+        standin.wait_for_device,
+        requires=("batch", "result"),
     ),
     Hook(
         _RUNNER,

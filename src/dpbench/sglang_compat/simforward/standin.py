@@ -1,8 +1,22 @@
-"""The replacements the hook registry installs: a forward that sleeps a cost model's time, and no CUDA.
+"""The replacements the hook registry installs: a forward timed by a cost model, and no CUDA.
 
 Every function here takes ``(original, module)`` and returns the replacement member
 (see :mod:`.hooks`). Per scheduler process, :class:`RankState` holds the cost function,
 the DP rank and the step-record file; it is created on the first forward.
+
+Where the modelled time goes (``SimForwardConfig.virtual_device``):
+
+- on (default): a **virtual device**, as a GPU stream behaves under SGLang's overlap
+  scheduler. A forward is queued, not slept: it starts at ``max(launch, previous forward's
+  end)`` and ends ``model_s`` later; the call returns at once with that end time on its
+  output (:data:`READY_ATTR`), and ``Scheduler.process_batch_result`` sleeps until it
+  before SGLang reads the results (:func:`wait_for_device`), as the real scheduler blocks
+  on the copy-done event. So the scheduler's CPU work for batch k+1 runs while batch k is
+  "on the device", and a step lasts max(modelled time, CPU work), as on a GPU. With
+  ``--disable-overlap-schedule`` SGLang processes each result right after its launch and
+  the same two hooks give serial timing, again as on a GPU.
+- off: the forward sleeps ``model_s`` on the scheduler's thread (every step costs the
+  modelled time plus the scheduler's CPU work, the stand-in before 2026-12-01).
 
 A step record (one JSON line per forward, per rank, in ``rank<N>.jsonl``)::
 
@@ -10,7 +24,8 @@ A step record (one JSON line per forward, per rank, in ``rank<N>.jsonl``)::
      "decode"|"idle", "bs": requests, "extend_tokens": new tokens (extend), "ctx_tokens":
      KV tokens attention reads, "kv_used": pool tokens allocated (radix cache included),
      "kv_total": pool size, "global_tokens": tokens per rank this step (SGLang's MLP-sync
-     gather), "model_s": modelled seconds, "sleep_s": slept seconds}
+     gather), "model_s": modelled seconds, "sleep_s": device seconds (model_s × time
+     scale), "start"/"end": monotonic device start and end (``t`` is the launch)}
 """
 
 from __future__ import annotations
@@ -38,6 +53,10 @@ _OFF_FLAGS = (
     "use_custom_allreduce",
     "use_torch_symm_mem_all_reduce",
 )
+
+
+# the attribute of a forward's LogitsProcessorOutput that holds when its device work ends
+READY_ATTR = "_dpbench_ready_at"
 
 
 class StandInError(RuntimeError):
@@ -148,6 +167,7 @@ class RankState:
         self.rank = int(dp_rank_reader()())
         self.cost = _load_factory(self.config.cost_factory)(**self.config.cost_args)
         self.step = 0
+        self.busy_until = 0.0  # the virtual device's queue: when its last forward ends
         self.runner = runner
         self.vocab = int(runner.model_config.vocab_size)
         self._zeros: Any = None
@@ -169,7 +189,8 @@ class RankState:
         free = int(alloc.available_size()) if alloc is not None else total
         return total - free, total
 
-    def run(self, fb: Any) -> float:
+    def run(self, fb: Any) -> tuple[int, float]:
+        """Time and record one forward; return (rows, monotonic time its results are ready)."""
         t0 = time.monotonic()
         mode = fb.forward_mode
         if mode.is_idle():
@@ -204,8 +225,13 @@ class RankState:
         model_s = float(self.cost(own, global_tokens, self.rank))
         sleep_s = model_s * self.config.time_scale
         used, total = self.kv()
-        if sleep_s > 0:
-            time.sleep(sleep_s)
+        if self.config.virtual_device:
+            start = max(t0, self.busy_until)
+        else:
+            start = t0
+            if sleep_s > 0:
+                time.sleep(sleep_s)
+        end = self.busy_until = start + sleep_s
         record = {
             "step": self.step,
             "pid": os.getpid(),
@@ -220,10 +246,12 @@ class RankState:
             "global_tokens": global_tokens,
             "model_s": model_s,
             "sleep_s": sleep_s,
+            "start": start,
+            "end": end,
         }
         os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
         self.step += 1
-        return bs
+        return bs, end
 
 
 def _state(runner: Any) -> RankState:
@@ -245,12 +273,55 @@ def forward(original: Any, module: ModuleType) -> Any:
     @functools.wraps(original)
     def forward(self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
         state = _state(self)
-        rows = state.run(forward_batch)
-        return output_cls(
-            logits_output=logits_cls(next_token_logits=state.logits(rows)), can_run_graph=False
-        )
+        rows, ready = state.run(forward_batch)
+        logits = logits_cls(next_token_logits=state.logits(rows))
+        setattr(logits, READY_ATTR, ready)
+        return output_cls(logits_output=logits, can_run_graph=False)
 
     return forward
+
+
+class _ArrivalLog:
+    """This scheduler's request arrivals: ``arrivals-rank<N>.jsonl``, one ``{"rid", "t"}`` line each."""
+
+    fd: int | None = None
+
+    @classmethod
+    def write(cls, rid: Any) -> None:
+        t = time.monotonic()
+        if cls.fd is None:
+            config = SimForwardConfig.from_env()
+            Path(config.record_dir).mkdir(parents=True, exist_ok=True)
+            rank = int(dp_rank_reader()())
+            path = Path(config.record_dir) / f"arrivals-rank{rank}.jsonl"
+            cls.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(cls.fd, (json.dumps({"rid": str(rid), "t": t}) + "\n").encode())
+
+
+def log_arrival(original: Any, module: ModuleType) -> Any:
+    """Record when each request reaches this DP rank's scheduler (the twin can replay these times)."""
+
+    @functools.wraps(original)
+    def handle_generate_request(self: Any, recv_req: Any, *args: Any, **kwargs: Any) -> Any:
+        _ArrivalLog.write(getattr(recv_req, "rid", None))
+        return original(self, recv_req, *args, **kwargs)
+
+    return handle_generate_request
+
+
+def wait_for_device(original: Any, module: ModuleType) -> Any:
+    """Before SGLang reads a batch's results, wait until the virtual device has finished it."""
+
+    @functools.wraps(original)
+    def process_batch_result(self: Any, batch: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
+        ready = getattr(getattr(result, "logits_output", None), READY_ATTR, None)
+        if ready is not None:
+            delay = ready - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        return original(self, batch, result, *args, **kwargs)
+
+    return process_batch_result
 
 
 def sample(original: Any, module: ModuleType) -> Any:
