@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -198,6 +199,34 @@ def test_scheduler_arrivals_are_recorded_and_the_twin_replays_them(sim_run, tmp_
     twin = results.load(out)
     assert twin["extra"]["config"]["replay_arrivals"] == str(tmp / "run.json")
     assert twin["metrics"]["requests_finished_count"]["value"] == len(outcomes)
+
+
+def test_fidelity_reuses_a_stored_server_run_and_replays_its_arrivals(sim_run, tmp_path):
+    """``dpbench server fidelity --reuse-server-runs`` on this module's real server run: the
+    real twin runs on the trace and on that run's own arrivals; no second server starts."""
+    import shutil
+
+    from dpbench.server import fidelity
+
+    release, tmp, _, result, _, _ = sim_run
+    inp = fidelity.Inputs(SPEC, 2, release, 4096)
+    stem = f"sim-smoke-dp2-chunk4096-sglang{release}"
+    shutil.copy(tmp / "run.json", tmp_path / f"{stem}-server-r0.json")
+    t0 = time.monotonic()
+    report = fidelity.run(inp, out_dir=tmp_path, reuse_server_runs=True)
+    assert time.monotonic() - t0 < 300  # two twin runs; a server start-up alone takes ~60 s
+    rows = {r["metric"]: r for r in report["rows"]}
+    mixed = rows["DP-mixed step fraction"]
+    assert mixed["server_runs"] == [result["metrics"]["dp_mixed_step_fraction"]["value"]]
+    assert len(mixed["replay_runs"]) == 1 and not math.isnan(mixed["replay_runs"][0])
+    replay = results.load(report["twin_replay_results"][0])
+    assert replay["extra"]["config"]["replay_arrivals"] == str(tmp_path / f"{stem}-server-r0.json")
+    # the server's idle-pass time (passes with no batch anywhere while requests waited) is the
+    # replay's; absent (nobody held back at an idle pass): the twin keeps its default
+    wait_ms = result["metrics"].get("idle_pass_ms_p50")
+    plain = results.load(report["twin_result"])
+    want = wait_ms["value"] / 1e3 if wait_ms else plain["extra"]["config"]["idle_pass_s"]
+    assert replay["extra"]["config"]["idle_pass_s"] == pytest.approx(want)
 
 
 def test_no_server_process_is_left_after_the_run(sim_run):

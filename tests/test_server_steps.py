@@ -94,3 +94,23 @@ def test_a_missing_rank_file_is_named(tmp_path):
     _write(tmp_path, [[_rec(0, 1.0, "decode", 0.01)]])
     with pytest.raises(StepRecordError, match="DP rank 1"):
         read_records(tmp_path, 2)
+
+
+def test_arrivals_and_idle_passes_are_read_per_rank(tmp_path):
+    from dpbench.server.steps import read_arrivals, read_idle_passes
+
+    (tmp_path / "arrivals-rank0.jsonl").write_text(
+        '{"rid": "warmup", "t": 99.0}\n{"rid": "a", "t": 100.25}\n'
+    )
+    (tmp_path / "arrivals-rank1.jsonl").write_text('{"rid": "b", "t": 100.5}\n{"rid": "c", "t"')
+    found, m = read_arrivals(tmp_path, 2, {"a": 100.05, "b": 100.1, "c": 100.2}, t0=100.0)
+    # SGLang's warm-up request is not ours; a truncated last line (killed rank) is dropped
+    assert found == {"a": [0.25, 0], "b": [0.5, 1]}
+    assert m["pickup_ms_p50"].value == pytest.approx(300.0)  # 200 and 400 ms
+    (tmp_path / "idle-passes-rank0.jsonl").write_text(
+        '{"t": 99.5, "s": 9.0}\n{"t": 100.1, "s": 0.004}\n{"t": 100.2, "s": 0.006}\n'
+    )
+    idle = read_idle_passes(tmp_path, 2, t0=100.0)  # the pass before t0 (warm-up) left out
+    assert idle["idle_pass_ms_p50"].value == pytest.approx(5.0)
+    assert idle["idle_passes_count"].value == 2
+    assert read_idle_passes(tmp_path, 2, t0=200.0) == {}  # none measured: absent, not 0

@@ -445,3 +445,16 @@ def test_replayed_arrivals_read_from_a_server_result(tmp_path):
         json.dumps({"extra": {"scheduler_arrivals": {"r0": [0.3, 1], "r1": [0.05, 0]}}})
     )
     assert load_replay(str(path), _trace(2), 2) == {"r0": (0.3, 1), "r1": (0.05, 0)}
+
+
+def test_every_sweep_arm_mode_parses_in_the_arm_process():
+    """A mode the CLI accepts must be a flag ``python -m dpbench.twin.sweep`` accepts too."""
+    from dpbench.twin.cli import ARM_CHOICE_MODES, ARM_MODES, ARM_VALUE_MODES, arm_flags
+    from dpbench.twin.sweep import parser
+
+    arms = [f"0.5.16:{m}" for m in ARM_MODES]
+    arms += [f"0.5.16:{m}=1.5" for m in ARM_VALUE_MODES]
+    arms += [f"0.5.16:{m}={c}" for m, (_, choices) in ARM_CHOICE_MODES.items() for c in choices]
+    base = ["spec", "--seeds", "0", "--dp", "2", "--chunked-prefill-size", "8192", "-o", "x"]
+    for arm in arms:
+        parser().parse_args([*base, *arm_flags(arm)[1]])  # argparse exits on an unknown flag

@@ -479,6 +479,14 @@ def fidelity(
         ),
     ] = 1,
     serial_forward: SerialForward = False,
+    reuse_server_runs: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-server-runs",
+            help="read server runs already in results/fidelity instead of running them again "
+            "(re-measure a twin change against the same runs)",
+        ),
+    ] = False,
 ) -> None:
     """Twin vs simulated-forward server on the same spec, seed, DP size and chunk size, per release."""
     from dpbench.server.fidelity import FidelityError, Inputs
@@ -488,7 +496,7 @@ def fidelity(
     for release in sglang:
         inp = Inputs(spec, dp, release, chunked_prefill_size, delayer, repeats, serial_forward)
         try:
-            report = run_fidelity(inp)
+            report = run_fidelity(inp, reuse_server_runs=reuse_server_runs)
         except FidelityError as exc:
             _fail(str(exc))
         idle = ", ".join(f"{v:.1%}" for v in report["server_device_idle_fraction"])

@@ -18,9 +18,9 @@ mean, range and spread beside the twin's value. A fraction's difference is in po
 
 Each server run also records when every request reached its scheduler and on which DP
 rank; the twin is run again on exactly those arrivals (``--replay-arrivals``), with its
-passes that run no forward lasting as long as that server's passes lasted while a rank
-waited (SGLang's ``prefill_delayer_wait_seconds`` over ``…_wait_forward_passes``; the
-twin's default is an estimate for a GPU host). The paired difference server run −
+passes that run no forward lasting as long as that server's did (``idle_pass_ms_p50``:
+the stand-in times SGLang's passes that ran no batch on any rank while requests waited;
+the twin's default is an estimate for a GPU host). The paired difference server run −
 twin-on-its-arrivals leaves out the HTTP/tokenizer/DP controller path and the CPU's
 loop speed, and measures the scheduling alone.
 """
@@ -204,8 +204,15 @@ def compare(
     return rows
 
 
-def run(inp: Inputs, *, out_dir: Path | None = None) -> dict[str, Any]:
-    """Run both sides and return ``{"inputs", "rows", "twin_result", "server_result", …}`` (also written)."""
+def run(
+    inp: Inputs, *, out_dir: Path | None = None, reuse_server_runs: bool = False
+) -> dict[str, Any]:
+    """Run both sides and return ``{"inputs", "rows", "twin_result", "server_results", …}`` (also written).
+
+    ``reuse_server_runs``: a server run whose result file is already there (same spec, DP,
+    chunk, release, repeat index) is read instead of run again, so a twin change is
+    measured against the same server runs in seconds rather than minutes.
+    """
     from dpbench.server.run import release_python
 
     python = release_python(inp.release)
@@ -218,17 +225,23 @@ def run(inp: Inputs, *, out_dir: Path | None = None) -> dict[str, Any]:
     twin = run_twin(inp, out_dir / f"{stem}-twin.json", python)
     t_twin = time.monotonic() - t0
     paths = [out_dir / f"{stem}-server-r{i}.json" for i in range(inp.repeats)]
-    servers = [run_server(inp, path, out_dir / "server-logs") for path in paths]
+    servers = [
+        results.load(path)
+        if reuse_server_runs and path.is_file()
+        else run_server(inp, path, out_dir / "server-logs")
+        for path in paths
+    ]
     replay_paths = [out_dir / f"{stem}-twin-replay-r{i}.json" for i in range(inp.repeats)]
     # the twin on each server run's own arrivals, its idle passes as long as that server's
-    # passes were while a rank waited (SGLang's wait histogram; absent if nobody waited)
+    # event loop took to come round with no batch anywhere and requests waiting (measured
+    # by the stand-in; absent if that never happened: the twin keeps its default)
     replays = [
         run_twin(
             inp,
             out,
             python,
             replay=path,
-            idle_pass_ms=_value(srv, "prefill_delayer_wait_pass_ms"),
+            idle_pass_ms=_value(srv, "idle_pass_ms_p50"),
         )
         for out, path, srv in zip(replay_paths, paths, servers, strict=True)
     ]
@@ -246,7 +259,7 @@ def run(inp: Inputs, *, out_dir: Path | None = None) -> dict[str, Any]:
         "server_device_idle_ms_p50": [_value(srv, "device_idle_ms_p50") for srv in servers],
         "server_simulated_step_ms_p50": [_value(srv, "simulated_step_ms_p50") for srv in servers],
         "server_pickup_ms_p50": [_value(srv, "pickup_ms_p50") for srv in servers],
-        "server_wait_pass_ms": [_value(srv, "prefill_delayer_wait_pass_ms") for srv in servers],
+        "server_idle_pass_ms_p50": [_value(srv, "idle_pass_ms_p50") for srv in servers],
     }
     from dpbench.atomic import write_json
 

@@ -467,6 +467,7 @@ def execute(
         from dpbench.server.steps import (
             StepRecordError,
             read_arrivals,
+            read_idle_passes,
             read_records,
             since,
             summarise,
@@ -491,6 +492,7 @@ def execute(
         sent = {o.id: o.start_s for o in load.outcomes if o.start_s}
         arrivals, pickup = read_arrivals(step_dir(opts, run_dir), cfg.dp_size, sent, load.t0)
         metrics.update(pickup)
+        metrics.update(read_idle_passes(step_dir(opts, run_dir), cfg.dp_size, t_load))
         # when each request reached its scheduler and which DP rank: the twin can replay these
         extra["scheduler_arrivals"] = arrivals
         extra["step_records_dir"] = str(step_dir(opts, run_dir))

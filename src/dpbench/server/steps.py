@@ -179,3 +179,29 @@ def read_arrivals(
         m["pickup_ms_p50"] = Metric(float(np.percentile(pickup, 50)), "ms", "lower")
         m["pickup_ms_p99"] = Metric(float(np.percentile(pickup, 99)), "ms", "lower")
     return found, m
+
+
+def read_idle_passes(record_dir: str | Path, dp_size: int, t0: float) -> dict[str, Metric]:
+    """How long SGLang's event loop took to come round when no rank ran a batch while one had
+    requests waiting (``idle-passes-rank<N>.jsonl``, passes from ``t0`` on): the twin's
+    idle-pass time, measured. Absent when no such pass happened."""
+    secs = []
+    for r in range(dp_size):
+        path = Path(record_dir) / f"idle-passes-rank{r}.jsonl"
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if rec["t"] >= t0:
+                secs.append(rec["s"])
+    if not secs:
+        return {}
+    ms = np.array(secs) * 1e3
+    return {
+        "idle_pass_ms_p50": Metric(float(np.percentile(ms, 50)), "ms", "none"),
+        "idle_pass_ms_p90": Metric(float(np.percentile(ms, 90)), "ms", "none"),
+        "idle_passes_count": Metric(len(secs), "passes", "none"),
+    }

@@ -90,6 +90,9 @@ class Arrivals:
     ignore_eos: bool
     token_ids: Callable[[int], list[int]]  # index -> prompt token ids
     rank: np.ndarray | None = None  # replayed arrivals: the DP rank each request went to
+    # replayed arrivals: when the client sent each request (its trace time); TTFT and
+    # latency count from here, as the server's client measures them
+    sent_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -378,7 +381,8 @@ def _admit(
             max_new_tokens=int(a.max_new_tokens[i]),
             ignore_eos=a.ignore_eos,
         )
-        tracked = TrackedReq(i, req, float(a.arrival_s[i]), int(a.max_new_tokens[i]))
+        since = a.sent_s[i] if a.sent_s is not None else a.arrival_s[i]
+        tracked = TrackedReq(i, req, float(since), int(a.max_new_tokens[i]))
         served.append(tracked)
         sched.enqueue(tracked)
 

@@ -174,6 +174,7 @@ def run_twin(
         ignore_eos=bool(spec.ignore_eos),
         token_ids=lambda i: ordered[i].token_ids(vocab),
         rank=np.array([given[r.id][1] for r in ordered], dtype=np.int64) if given else None,
+        sent_s=np.array([r.arrival_s for r in ordered], dtype=np.float64) if given else None,
     )
     if config.rank_mode == "threads":
         exchange: Any = BatonExchange(Baton(config.dp_size, config.deadline_s))
@@ -230,7 +231,8 @@ def run_twin(
     if config.replay_arrivals:
         notes.append(
             f"arrivals replayed from {config.replay_arrivals}: each request arrived when and on the "
-            "DP rank where that server's scheduler took it in"
+            "DP rank where that server's scheduler took it in; latencies count from its trace "
+            "time (when that server's client sent it)"
         )
     notes.append(
         f"a pass in which no rank runs a forward lasts {job.idle_pass_s * 1e3:.3g} ms of simulated "

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from dpbench.twin.config import BATCH_IS_FULL_RULES
 from dpbench.twin.stats import bimodality, multimodal, paired
 
 WALL_METRICS = frozenset({"passes_per_s", "scheduler_pass_us_p50", "pass_wall_over_rank_work"})
@@ -43,6 +44,7 @@ def sweep_release(
     overlap_schedule: bool = True,
     schedule_conservativeness: float | None = None,
     cost_topology: str = "per-rank-gpu",
+    batch_is_full_rule: str | None = None,
     on_run: Any = None,
 ) -> dict[str, Any]:
     from dpbench.twin.config import build_config
@@ -60,6 +62,7 @@ def sweep_release(
                 overlap_schedule=overlap_schedule,
                 schedule_conservativeness=schedule_conservativeness,
                 cost_topology=cost_topology,
+                batch_is_full_rule=batch_is_full_rule,
                 rank_mode="threads",
                 timeline=False,
                 deadline=3600,
@@ -99,6 +102,7 @@ def sweep_release(
             "overlap_schedule": overlap_schedule,
             "schedule_conservativeness": schedule_conservativeness,
             "cost_topology": cost_topology,
+            "batch_is_full_rule": batch_is_full_rule,
         },
         "runs": runs,
     }
@@ -148,9 +152,8 @@ def _ints(text: str) -> list[int]:
         ) from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    from dpbench.atomic import write_json
-
+def parser() -> argparse.ArgumentParser:
+    """The arm process's flags: every sweep arm mode (``dpbench.twin.cli.ARM_*``) must parse here."""
     p = argparse.ArgumentParser(prog="python -m dpbench.twin.sweep")
     p.add_argument("spec")
     p.add_argument("--seeds", type=_ints, required=True)
@@ -162,8 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--schedule-conservativeness", type=float, default=None)
     p.add_argument("--cost-topology", default="per-rank-gpu")
+    p.add_argument("--batch-is-full-rule", choices=BATCH_IS_FULL_RULES, default=None)
     p.add_argument("-o", "--output", required=True)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dpbench.atomic import write_json
+
+    args = parser().parse_args(argv)
 
     def emit(done: int, total: int) -> None:
         print(json.dumps({"event": "progress", "done": done, "total": total}), flush=True)
@@ -179,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         overlap_schedule=not args.disable_overlap_schedule,
         schedule_conservativeness=args.schedule_conservativeness,
         cost_topology=args.cost_topology,
+        batch_is_full_rule=args.batch_is_full_rule,
         on_run=emit,
     )
     write_json(Path(args.output), out)

@@ -95,6 +95,12 @@ REGISTRY: tuple[Hook, ...] = (
     ),
     Hook(
         "sglang.srt.managers.scheduler",
+        "Scheduler.get_next_batch_to_run",
+        "time the passes that run no batch anywhere while requests wait (the event loop's period)",
+        standin.log_idle_pass,
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler",
         "Scheduler.process_batch_result",
         "results are read only once the virtual device has finished the forward (a GPU's sync)",
         standin.wait_for_device,

@@ -281,21 +281,25 @@ def forward(original: Any, module: ModuleType) -> Any:
     return forward
 
 
-class _ArrivalLog:
-    """This scheduler's request arrivals: ``arrivals-rank<N>.jsonl``, one ``{"rid", "t"}`` line each."""
+class _RankLog:
+    """One append-only JSON-lines file of this scheduler process: ``<name>-rank<N>.jsonl``."""
 
-    fd: int | None = None
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fd: int | None = None
 
-    @classmethod
-    def write(cls, rid: Any) -> None:
-        t = time.monotonic()
-        if cls.fd is None:
+    def write(self, record: dict[str, Any]) -> None:
+        if self.fd is None:
             config = SimForwardConfig.from_env()
             Path(config.record_dir).mkdir(parents=True, exist_ok=True)
             rank = int(dp_rank_reader()())
-            path = Path(config.record_dir) / f"arrivals-rank{rank}.jsonl"
-            cls.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(cls.fd, (json.dumps({"rid": str(rid), "t": t}) + "\n").encode())
+            path = Path(config.record_dir) / f"{self.name}-rank{rank}.jsonl"
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(self.fd, (json.dumps(record) + "\n").encode())
+
+
+_ARRIVALS = _RankLog("arrivals")  # {"rid", "t"}: a request taken in by this scheduler
+_IDLE_PASSES = _RankLog("idle-passes")  # {"t", "s"}: a pass with no batch anywhere, work waiting
 
 
 def log_arrival(original: Any, module: ModuleType) -> Any:
@@ -303,10 +307,30 @@ def log_arrival(original: Any, module: ModuleType) -> Any:
 
     @functools.wraps(original)
     def handle_generate_request(self: Any, recv_req: Any, *args: Any, **kwargs: Any) -> Any:
-        _ArrivalLog.write(getattr(recv_req, "rid", None))
+        _ARRIVALS.write({"rid": str(getattr(recv_req, "rid", None)), "t": time.monotonic()})
         return original(self, recv_req, *args, **kwargs)
 
     return handle_generate_request
+
+
+def log_idle_pass(original: Any, module: ModuleType) -> Any:
+    """Time the scheduler's passes that ran no batch on any rank while this rank had requests
+    waiting (the delayer holding them back): how long SGLang's event loop takes to come
+    round when no forward runs, the twin's ``--idle-pass-ms``."""
+    started: list[float] = []
+
+    @functools.wraps(original)
+    def get_next_batch_to_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if started:
+            _IDLE_PASSES.write({"t": started[0], "s": now - started.pop()})
+        plan = original(self, *args, **kwargs)
+        batch = plan.batch_to_run if hasattr(plan, "batch_to_run") else plan
+        if batch is None and len(getattr(self, "waiting_queue", ())) > 0:
+            started.append(now)
+        return plan
+
+    return get_next_batch_to_run
 
 
 def wait_for_device(original: Any, module: ModuleType) -> Any:

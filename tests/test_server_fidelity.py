@@ -1,0 +1,44 @@
+"""Twin vs simulated-forward server: the comparison rows (unit) — the real runs are in test_server_simulated."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dpbench.server.fidelity import Inputs, compare
+
+
+def _result(**metrics):
+    return {"metrics": {k: {"value": v} for k, v in metrics.items()}}
+
+
+def test_rows_hold_the_server_spread_and_the_paired_replay_difference():
+    twin = _result(dp_mixed_step_fraction=0.02, ttft_ms_p50=100.0)
+    servers = [
+        _result(dp_mixed_step_fraction=0.01, ttft_ms_p50=110.0),
+        _result(dp_mixed_step_fraction=0.03, ttft_ms_p50=130.0),
+    ]
+    replays = [
+        _result(dp_mixed_step_fraction=0.012, ttft_ms_p50=100.0),
+        _result(dp_mixed_step_fraction=0.026, ttft_ms_p50=140.0),
+    ]
+    rows = {r["metric"]: r for r in compare(twin, servers, replays)}
+    mixed = rows["DP-mixed step fraction"]
+    assert mixed["server"] == pytest.approx(0.02) and mixed["server_runs"] == [0.01, 0.03]
+    assert mixed["diff"] == pytest.approx(0.0) and mixed["within_range"]
+    # paired: (0.01 − 0.012 + 0.03 − 0.026) / 2
+    assert mixed["replay_diff"] == pytest.approx(0.001)
+    ttft = rows["TTFT p50"]
+    assert ttft["rel"] == pytest.approx(0.2)  # server mean 120 over the twin's 100
+    assert ttft["replay_diff"] == pytest.approx(0.0) and ttft["replay_rel"] == pytest.approx(0.0)
+    assert ttft["server_sd"] == pytest.approx(math.sqrt(200))
+    # a metric neither side measured stays NaN, never 0
+    verdicts = rows["delay-verdict fraction, passes with a prefillable rank"]
+    assert math.isnan(verdicts["twin"]) and math.isnan(verdicts["server"])
+    assert math.isnan(verdicts["replay_diff"]) and not verdicts["within_range"]
+
+
+def test_repeats_must_be_positive():
+    with pytest.raises(ValueError, match="repeats must be at least 1, got 0"):
+        Inputs("long-prompt-burst-small", 2, "0.5.23", repeats=0)
