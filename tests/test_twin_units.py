@@ -65,12 +65,17 @@ def test_cli_and_module_share_one_config_builder():
         radix_cache=False,
         overlap_schedule=False,
         hide_delayer_from_chunked_req=True,
+        batch_is_full_rule="always",
+        replay_arrivals="run.json",
+        idle_pass_s=0.0042,
         timeline=False,
     )
     again = config_from_args(_parse(["long-prompt-burst", *module_args(config), "-o", "x.json"]))
     assert again == config
     with pytest.raises(TwinConfigError, match="needs the delayer on"):
         build_config(delayer=False, hide_delayer_from_chunked_req=True)
+    with pytest.raises(TwinConfigError, match=r"idle_pass_s must be in \(0, 1\] seconds"):
+        build_config(idle_pass_s=0.0)
 
 
 @pytest.fixture(scope="module")

@@ -121,7 +121,7 @@ def run_twin(
     if replay is not None:
         args += ["--replay-arrivals", str(replay)]
     if idle_pass_ms is not None and not math.isnan(idle_pass_ms):
-        args += ["--idle-pass-ms", repr(idle_pass_ms)]
+        args += ["--idle-pass-s", repr(idle_pass_ms / 1e3)]
     if not inp.delayer:
         args.append("--no-delayer")
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}

@@ -226,6 +226,24 @@ def run(
     rank_mode: Annotated[
         str, typer.Option(help="processes (gloo) or threads (in-process, identical numbers)")
     ] = "processes",
+    batch_is_full_rule: Annotated[
+        str | None,
+        typer.Option(help="NO_TOKEN → batch_is_full: always or if_admitted_or_running"),
+    ] = None,
+    replay_arrivals: Annotated[
+        Path | None,
+        typer.Option(
+            help="a simulated-forward server's run result: replay when and on which DP rank "
+            "its scheduler took each request in"
+        ),
+    ] = None,
+    idle_pass_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="simulated time of a pass in which no rank runs a forward (default: the cost "
+            "model's per-step overhead, 1.5 ms)"
+        ),
+    ] = None,
 ) -> None:
     """Replay SPEC's trace through N twin ranks and print a summary table."""
     from dpbench.progress import console, progress
@@ -249,6 +267,9 @@ def run(
             radix_cache=radix_cache,
             overlap_schedule=overlap_schedule,
             hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
+            batch_is_full_rule=batch_is_full_rule,
+            replay_arrivals=str(replay_arrivals) if replay_arrivals is not None else None,
+            idle_pass_s=idle_pass_ms / 1e3 if idle_pass_ms is not None else None,
             deadline=deadline,
             rank_mode=rank_mode,
             cost_topology=cost_topology,

@@ -308,7 +308,7 @@ def module_args(config: TwinConfig) -> list[str]:
     if config.replay_arrivals is not None:
         out += ["--replay-arrivals", config.replay_arrivals]
     if config.idle_pass_s is not None:
-        out += ["--idle-pass-ms", repr(config.idle_pass_s * 1e3)]
+        out += ["--idle-pass-s", repr(config.idle_pass_s)]
     if s.hide_delayer_from_chunked_req:
         out.append("--hide-delayer-from-chunked-req")
     if not config.record_timeline:

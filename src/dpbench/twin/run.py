@@ -237,7 +237,7 @@ def run_twin(
     notes.append(
         f"a pass in which no rank runs a forward lasts {job.idle_pass_s * 1e3:.3g} ms of simulated "
         + (
-            "time (--idle-pass-ms)"
+            "time (--idle-pass-ms / --idle-pass-s)"
             if config.idle_pass_s is not None
             else "time (the cost model's per-step overhead, an estimate of SGLang's event-loop "
             "iteration on a GPU host): it sets how many delay verdicts a wait of given length yields"
@@ -330,10 +330,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--hide-delayer-from-chunked-req", action="store_true", help="ablation arm")
     p.add_argument(
-        "--idle-pass-ms",
+        "--idle-pass-s",
         type=float,
         default=None,
-        help="simulated time of a pass in which no rank runs a forward (default: the cost "
+        help="simulated seconds of a pass in which no rank runs a forward (default: the cost "
         "model's per-step overhead)",
     )
     p.add_argument(
@@ -372,7 +372,7 @@ def config_from_args(args: argparse.Namespace) -> TwinConfig:
         hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
         batch_is_full_rule=args.batch_is_full_rule,
         replay_arrivals=args.replay_arrivals,
-        idle_pass_s=args.idle_pass_ms / 1e3 if args.idle_pass_ms is not None else None,
+        idle_pass_s=args.idle_pass_s,
         deadline=args.deadline,
         step_exchange=args.step_exchange,
         rank_mode=args.rank_mode,
