@@ -429,6 +429,11 @@ class SimulatedRooflineServe:
 
     track_device_idle_fraction.unit = "fraction (virtual device idle between busy steps)"
 
+    def track_pickup_ms_p50(self, cache, spec, dp_size, delayer) -> float:
+        return optional_metric(self.result, "pickup_ms_p50")
+
+    track_pickup_ms_p50.unit = "ms (client send → the scheduler takes the request in)"
+
     def track_simulated_step_ms_p50(self, cache, spec, dp_size, delayer) -> float:
         return self._m("simulated_step_ms_p50")
 

@@ -42,3 +42,26 @@ def test_rows_hold_the_server_spread_and_the_paired_replay_difference():
 def test_repeats_must_be_positive():
     with pytest.raises(ValueError, match="repeats must be at least 1, got 0"):
         Inputs("long-prompt-burst-small", 2, "0.5.23", repeats=0)
+
+
+def test_the_paired_replay_difference_has_its_interval():
+    twin = _result(dp_mixed_step_fraction=0.02)
+    servers = [_result(dp_mixed_step_fraction=0.01), _result(dp_mixed_step_fraction=0.03)]
+    replays = [_result(dp_mixed_step_fraction=0.012), _result(dp_mixed_step_fraction=0.026)]
+    (mixed,) = [r for r in compare(twin, servers, replays) if r["metric"].startswith("DP-mixed")]
+    half = 12.7062 * 0.006 / math.sqrt(2) / math.sqrt(2)  # t(1) × sd(−0.002, +0.004) / √2
+    assert mixed["replay_ci95"] == pytest.approx([0.001 - half, 0.001 + half], rel=1e-3)
+
+
+def test_the_servers_idle_pass_is_the_mean_after_the_first_trace_arrival(tmp_path):
+    from dpbench.server.fidelity import server_idle_pass_ms
+
+    (tmp_path / "arrivals-rank0.jsonl").write_text(
+        '{"rid": "warmup", "t": 90.0}\n{"rid": "r0", "t": 100.0}\n'
+    )
+    (tmp_path / "idle-passes-rank1.jsonl").write_text(
+        '{"t": 95.0, "s": 1.0}\n{"t": 100.1, "s": 0.002}\n{"t": 100.2, "s": 0.004}\n'
+    )
+    server = {"extra": {"step_records_dir": str(tmp_path), "scheduler_arrivals": {"r0": [0, 0]}}}
+    assert server_idle_pass_ms(server, 2) == pytest.approx(3.0)  # the warm-up's pass left out
+    assert math.isnan(server_idle_pass_ms({"extra": {}}, 2))  # not measured: NaN, not 0

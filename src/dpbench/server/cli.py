@@ -461,6 +461,14 @@ def _fidelity_diff(row: dict[str, Any], key: str, rel_key: str) -> str:
     return f"{row[key]:+.4g}{rel}"
 
 
+def _ci(row: dict[str, Any]) -> str:
+    lo, hi = row.get("replay_ci95", [float("nan")] * 2)
+    if lo != lo:
+        return ""
+    scale = 100 if row["unit"] == "fraction" else 1  # points for a fraction
+    return f" [{lo * scale:+.3g}, {hi * scale:+.3g}]"
+
+
 @app.command()
 def fidelity(
     spec: Annotated[str, typer.Argument(help="workload name or spec path (its seed is used)")],
@@ -512,7 +520,7 @@ def fidelity(
             "server runs",
             "server − twin",
             "twin on each run's arrivals",
-            "server − that (paired mean)",
+            "server − that (paired mean [95 % CI])",
         )
         for col in cols:
             table.add_column(col, justify="left" if col == "metric" else "right")
@@ -524,6 +532,6 @@ def fidelity(
                 " ".join(f"{v:.4g}" for v in row["server_runs"]),
                 _fidelity_diff(row, "diff", "rel"),
                 " ".join(f"{v:.4g}" for v in row["replay_runs"]),
-                _fidelity_diff(row, "replay_diff", "replay_rel"),
+                _fidelity_diff(row, "replay_diff", "replay_rel") + _ci(row),
             )
         con.print(table)

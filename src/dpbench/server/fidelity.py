@@ -18,9 +18,9 @@ mean, range and spread beside the twin's value. A fraction's difference is in po
 
 Each server run also records when every request reached its scheduler and on which DP
 rank; the twin is run again on exactly those arrivals (``--replay-arrivals``), with its
-passes that run no forward lasting as long as that server's did (``idle_pass_ms_p50``:
-the stand-in times SGLang's passes that ran no batch on any rank while requests waited;
-the twin's default is an estimate for a GPU host). The paired difference server run −
+passes that run no forward lasting as long as that server's did on average (the stand-in
+times SGLang's passes that ran no batch on any rank while requests waited; a wait of
+length W holds W / mean such passes; the twin's default is an estimate for a GPU host). The paired difference server run −
 twin-on-its-arrivals leaves out the HTTP/tokenizer/DP controller path and the CPU's
 loop speed, and measures the scheduling alone.
 """
@@ -40,6 +40,7 @@ import numpy as np
 
 from dpbench import results
 from dpbench.paths import project_root, results_dir
+from dpbench.twin.stats import paired
 
 # (row label, server metric, twin metric or a function of the twin result, unit)
 ROWS: tuple[tuple[str, str, str, str], ...] = (
@@ -155,6 +156,22 @@ def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
     return result
 
 
+def server_idle_pass_ms(server: dict[str, Any], dp: int) -> float:
+    """Mean length of the server's passes that ran no batch on any rank while requests waited,
+    from its stand-in's records, counted from the first trace request's arrival (SGLang's
+    warm-up request before it can be held back too). NaN when there was no such pass."""
+    from dpbench.server.steps import first_arrival, read_idle_passes
+
+    extra = server.get("extra", {})
+    where = extra.get("step_records_dir")
+    ids = set(extra.get("scheduler_arrivals") or ())
+    t0 = first_arrival(where, dp, ids) if where and ids else None
+    if t0 is None:
+        return math.nan
+    m = read_idle_passes(where, dp, t0).get("idle_pass_ms_mean")
+    return m.value if m is not None else math.nan
+
+
 def _mean(values: list[float]) -> float:
     seen = [v for v in values if not math.isnan(v)]
     return float(np.mean(seen)) if seen else math.nan
@@ -200,6 +217,9 @@ def compare(
             row["replay_diff"] = _mean([a - b for a, b in zip(runs, rep, strict=True)])
             rd, rm = row["replay_diff"], _mean(rep)
             row["replay_rel"] = rd / abs(rm) if rm and not math.isnan(rd) else math.nan
+            # 95 % t interval of server run − twin on its arrivals (≥ 2 runs)
+            pair = paired(rep, runs)
+            row["replay_ci95"] = [pair.ci95_low, pair.ci95_high]
         rows.append(row)
     return rows
 
@@ -241,7 +261,7 @@ def run(
             out,
             python,
             replay=path,
-            idle_pass_ms=_value(srv, "idle_pass_ms_p50"),
+            idle_pass_ms=server_idle_pass_ms(srv, inp.dp),
         )
         for out, path, srv in zip(replay_paths, paths, servers, strict=True)
     ]
@@ -259,7 +279,7 @@ def run(
         "server_device_idle_ms_p50": [_value(srv, "device_idle_ms_p50") for srv in servers],
         "server_simulated_step_ms_p50": [_value(srv, "simulated_step_ms_p50") for srv in servers],
         "server_pickup_ms_p50": [_value(srv, "pickup_ms_p50") for srv in servers],
-        "server_idle_pass_ms_p50": [_value(srv, "idle_pass_ms_p50") for srv in servers],
+        "server_idle_pass_ms_mean": [server_idle_pass_ms(srv, inp.dp) for srv in servers],
     }
     from dpbench.atomic import write_json
 

@@ -203,5 +203,23 @@ def read_idle_passes(record_dir: str | Path, dp_size: int, t0: float) -> dict[st
     return {
         "idle_pass_ms_p50": Metric(float(np.percentile(ms, 50)), "ms", "none"),
         "idle_pass_ms_p90": Metric(float(np.percentile(ms, 90)), "ms", "none"),
+        # a wait of length W holds W / mean passes: the twin's idle pass is this one
+        "idle_pass_ms_mean": Metric(float(ms.mean()), "ms", "none"),
         "idle_passes_count": Metric(len(secs), "passes", "none"),
     }
+
+
+def first_arrival(record_dir: str | Path, dp_size: int, ids: set[str]) -> float | None:
+    """Monotonic time the first of ``ids`` reached any scheduler (``arrivals-rank<N>.jsonl``)."""
+    times = []
+    for r in range(dp_size):
+        path = Path(record_dir) / f"arrivals-rank{r}.jsonl"
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                if rec["rid"] in ids:
+                    times.append(rec["t"])
+    return min(times) if times else None
