@@ -11,11 +11,13 @@ is step ``i``. Definitions match the twin's (:mod:`dpbench.twin.metrics`):
 - a step's simulated time is the slowest rank's modelled time (ranks meet at the MLP
   sync); ``decode_rank_s_beside_prefill`` = Σ over mixed steps of step time × decoding
   ranks (rank-weighted), and its fraction of all decode-rank seconds;
-- device idle between back-to-back busy steps (both have a non-idle rank): the step's
-  device start (the last rank's, since the ranks' collectives need all of them) minus the
-  previous step's device end (the last rank's). With the virtual device this is the
-  scheduler's CPU work that the overlap schedule did not hide; with the forward slept on
-  the scheduler's thread (``virtual_device`` off) it is all of it.
+- device idle before a step that decodes on some rank (requests were running, so work was
+  pending when the previous step ended): the step's device start (the last rank's, since
+  the ranks' collectives need all of them) minus the previous step's device end (the last
+  rank's). With the virtual device this is the scheduler's CPU work that the overlap
+  schedule did not hide; with the forward slept on the scheduler's thread
+  (``virtual_device`` off) it is all of it. Gaps before extend-only steps are left out:
+  they include waiting for requests to arrive (the pause between bursts), not CPU work.
 """
 
 from __future__ import annotations
@@ -93,8 +95,8 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
     beside = float((step_s * decoding)[mixed].sum())
     decode_rank_s = float((step_s * decoding).sum())
     busy = np.array([s != "idle" for s in step_kind])
-    pair = busy[:-1] & busy[1:]
-    idle_ms = np.clip(start.max(axis=1)[1:] - end.max(axis=1)[:-1], 0.0, None)[pair] * 1e3
+    pending = busy[:-1] & (decoding[1:] > 0)  # the later step decodes: work was pending
+    idle_ms = np.clip(start.max(axis=1)[1:] - end.max(axis=1)[:-1], 0.0, None)[pending] * 1e3
     m: dict[str, Metric] = {
         "dp_mixed_step_fraction": Metric(
             counts["mixed"] / active if active else float("nan"), "fraction", "lower"
@@ -131,7 +133,7 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
         m["device_idle_ms_p50"] = Metric(float(np.percentile(idle_ms, 50)), "ms", "lower")
         m["device_idle_ms_p90"] = Metric(float(np.percentile(idle_ms, 90)), "ms", "lower")
         m["device_idle_fraction"] = Metric(
-            float(idle_ms.sum() / (idle_ms.sum() + 1e3 * sleep_s.max(axis=1)[busy].sum())),
+            float(idle_ms.sum() / (idle_ms.sum() + 1e3 * sleep_s.max(axis=1)[1:][pending].sum())),
             "fraction",
             "lower",
         )
