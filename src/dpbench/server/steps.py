@@ -23,6 +23,7 @@ is step ``i``. Definitions match the twin's (:mod:`dpbench.twin.metrics`):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +38,34 @@ class StepRecordError(RuntimeError):
     """The per-rank step files are missing or do not line up."""
 
 
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    """A rank's JSON-lines file; a truncated last line (a killed rank) is dropped."""
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _per_rank(record_dir: str | Path, name: str, dp_size: int) -> Iterator[tuple[int, dict]]:
+    """``(rank, record)`` from each rank's ``<name>-rank<N>.jsonl`` there is."""
+    for r in range(dp_size):
+        path = Path(record_dir) / f"{name}-rank{r}.jsonl"
+        if path.is_file():
+            for rec in _jsonl(path):
+                yield r, rec
+
+
 def read_records(record_dir: str | Path, dp_size: int) -> list[list[dict[str, Any]]]:
-    """Per rank, its records in step order; a truncated last line (a killed rank) is dropped."""
+    """Per rank, its step records in step order."""
     out = []
     for r in range(dp_size):
         path = Path(record_dir) / f"rank{r}.jsonl"
         if not path.is_file():
             raise StepRecordError(f"no step records from DP rank {r} ({path} missing)")
-        rows = []
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        out.append(rows)
+        out.append(_jsonl(path))
     return out
 
 
@@ -164,17 +179,9 @@ def read_arrivals(
     for the scheduler's next loop iteration, which a long forward makes long).
     """
     found: dict[str, list[float]] = {}
-    for r in range(dp_size):
-        path = Path(record_dir) / f"arrivals-rank{r}.jsonl"
-        if not path.is_file():
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if rec["rid"] in sent:
-                found[rec["rid"]] = [round(rec["t"] - t0, 6), r]
+    for r, rec in _per_rank(record_dir, "arrivals", dp_size):
+        if rec["rid"] in sent:
+            found[rec["rid"]] = [round(rec["t"] - t0, 6), r]
     pickup = np.array([(found[i][0] + t0 - sent[i]) * 1e3 for i in found])
     m: dict[str, Metric] = {}
     if pickup.size:
@@ -187,18 +194,7 @@ def read_idle_passes(record_dir: str | Path, dp_size: int, t0: float) -> dict[st
     """How long SGLang's event loop took to come round when no rank ran a batch while one had
     requests waiting (``idle-passes-rank<N>.jsonl``, passes from ``t0`` on): the twin's
     idle-pass time, measured. Absent when no such pass happened."""
-    secs = []
-    for r in range(dp_size):
-        path = Path(record_dir) / f"idle-passes-rank{r}.jsonl"
-        if not path.is_file():
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if rec["t"] >= t0:
-                secs.append(rec["s"])
+    secs = [rec["s"] for _, rec in _per_rank(record_dir, "idle-passes", dp_size) if rec["t"] >= t0]
     if not secs:
         return {}
     ms = np.array(secs) * 1e3
@@ -213,15 +209,5 @@ def read_idle_passes(record_dir: str | Path, dp_size: int, t0: float) -> dict[st
 
 def first_arrival(record_dir: str | Path, dp_size: int, ids: set[str]) -> float | None:
     """Monotonic time the first of ``ids`` reached any scheduler (``arrivals-rank<N>.jsonl``)."""
-    times = []
-    for r in range(dp_size):
-        path = Path(record_dir) / f"arrivals-rank{r}.jsonl"
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break
-                if rec["rid"] in ids:
-                    times.append(rec["t"])
+    times = [rec["t"] for _, rec in _per_rank(record_dir, "arrivals", dp_size) if rec["rid"] in ids]
     return min(times) if times else None
