@@ -345,6 +345,7 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
         cost_args=cost_args,
         time_scale=opts.time_scale,
         virtual_device=not opts.serial_forward,
+        dp_size=cfg.dp_size,
     )
     path = conf.write(run_dir / "simforward.json")
     described = simcost.describe(**cost_args)

@@ -31,6 +31,13 @@ class SimForwardConfig:
             "scheduler's thread"
         },
     )
+    dp_size: int = field(
+        default=1,
+        metadata={
+            "help": "DP ranks whose virtual devices are coupled: a step starts on every rank "
+            "only when all of them finished the previous one, as a GPU's collectives force"
+        },
+    )
     token_id: int = field(
         default=1000, metadata={"help": "the token every request generates (not EOS: runs to max)"}
     )

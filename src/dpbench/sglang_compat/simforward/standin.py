@@ -12,7 +12,9 @@ Where the modelled time goes (``SimForwardConfig.virtual_device``):
   output (:data:`READY_ATTR`), and ``Scheduler.process_batch_result`` sleeps until it
   before SGLang reads the results (:func:`wait_for_device`), as the real scheduler blocks
   on the copy-done event. So the scheduler's CPU work for batch k+1 runs while batch k is
-  "on the device", and a step lasts max(modelled time, CPU work), as on a GPU. With
+  "on the device", and a step lasts max(modelled time, CPU work), as on a GPU. The ranks'
+  devices are coupled (:class:`DeviceClock`): step k starts on a rank only after every
+  rank's step k−1 ended, as the MoE and all-reduce collectives inside a forward force. With
   ``--disable-overlap-schedule`` SGLang processes each result right after its launch and
   the same two hooks give serial timing, again as on a GPU.
 - off: the forward sleeps ``model_s`` on the scheduler's thread (every step costs the
@@ -159,6 +161,42 @@ def _load_factory(ref: str) -> Any:
     return getattr(importlib.import_module(mod), fn)
 
 
+class DeviceClock:
+    """The DP ranks' virtual devices, coupled as a forward's collectives couple GPUs.
+
+    A file of 2 × dp_size float64 (monotonic device end times) the ranks of this machine
+    share, double-buffered by step parity: rank r writes ``end[k % 2][r]`` when it launches
+    step k and reads ``max(end[(k − 1) % 2])`` to start it. Safe without locks because SGLang's
+    MLP-sync all-gather before step k's launch orders every rank's launch of step k − 1
+    before it, and no rank can launch step k + 1 (the other parity's writer) before this
+    rank joins step k + 1's all-gather. Ranks on other machines (multi-node) are not in it.
+    """
+
+    def __init__(self, path: Path, dp_size: int, rank: int) -> None:
+        import mmap
+
+        self.n, self.rank = dp_size, rank
+        size = 2 * dp_size * 8
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self._ends = memoryview(self._map).cast("d")
+
+    def start(self, step: int, launch: float) -> float:
+        """When step ``step`` can start on this rank's device: after every rank's previous step."""
+        if step == 0:
+            return launch
+        prev = (step - 1) % 2 * self.n
+        return max(launch, max(self._ends[prev : prev + self.n]))
+
+    def publish(self, step: int, end: float) -> None:
+        self._ends[step % 2 * self.n + self.rank] = end
+
+
 class RankState:
     """One scheduler process's stand-in: cost function, DP rank, record file, step counter."""
 
@@ -175,6 +213,13 @@ class RankState:
         path = Path(self.config.record_dir) / f"rank{self.rank}.jsonl"
         # O_APPEND, one write per step: a SIGKILLed rank loses nothing already written
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.clock = (
+            DeviceClock(
+                Path(self.config.record_dir) / "device-clock.f64", self.config.dp_size, self.rank
+            )
+            if self.config.virtual_device and self.rank < self.config.dp_size
+            else None
+        )
 
     def logits(self, rows: int) -> Any:
         import torch
@@ -227,11 +272,15 @@ class RankState:
         used, total = self.kv()
         if self.config.virtual_device:
             start = max(t0, self.busy_until)
+            if self.clock is not None:
+                start = self.clock.start(self.step, start)
         else:
             start = t0
             if sleep_s > 0:
                 time.sleep(sleep_s)
         end = self.busy_until = start + sleep_s
+        if self.clock is not None:
+            self.clock.publish(self.step, end)
         record = {
             "step": self.step,
             "pid": os.getpid(),
