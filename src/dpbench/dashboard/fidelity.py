@@ -22,9 +22,14 @@ def _name(chart: dict[str, Any]) -> str:
     return SAME_METRIC.get(chart["metric"], chart["metric"])
 
 
+def deviation_unit(unit: str) -> str:
+    """``pts`` for a fraction (a difference in percentage points), else ``%``."""
+    return "pts" if unit.startswith("fraction") else "%"
+
+
 def deviation(twin: float, server: float, unit: str) -> tuple[float | None, str]:
     """Twin − server: percentage points for fractions, else percent of the server's value."""
-    if unit.startswith("fraction"):
+    if deviation_unit(unit) == "pts":
         return (twin - server) * 100, "pts"
     return ((twin - server) / abs(server) * 100 if server != 0 else None), "%"
 
@@ -78,7 +83,7 @@ def pairs(model: dict[str, Any]) -> list[dict[str, Any]]:
                                 "twin": [nt, kt],
                                 "server": [ns, ks],
                                 "rows": rows,  # [commit, twin, lo, hi, server, lo, hi, dev]
-                                "dev_unit": deviation(0.0, 1.0, twin["unit"])[1],
+                                "dev_unit": deviation_unit(twin["unit"]),
                             }
                         )
     out.sort(key=lambda p: (p["metric"], sorted(p["scenario"].items())))
