@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dpbench.server.fidelity import Inputs, compare
+from dpbench.server.fidelity import Inputs, compare, run_stem
 
 
 def _result(**metrics):
@@ -65,3 +65,15 @@ def test_the_servers_idle_pass_is_the_mean_after_the_first_trace_arrival(tmp_pat
     server = {"extra": {"step_records_dir": str(tmp_path), "scheduler_arrivals": {"r0": [0, 0]}}}
     assert server_idle_pass_ms(server, 2) == pytest.approx(3.0)  # the warm-up's pass left out
     assert math.isnan(server_idle_pass_ms({"extra": {}}, 2))  # not measured: NaN, not 0
+
+
+def test_run_files_of_a_delayer_off_setting_never_meet_the_delayer_on_ones():
+    """Every input that changes a run is in its file name, so ``--no-delayer`` neither
+    overwrites nor (with ``--reuse-server-runs``) reuses a delayer-on server run."""
+    on = Inputs("long-prompt-burst", 4, "0.5.16", 8192)
+    off = Inputs("long-prompt-burst", 4, "0.5.16", 8192, delayer=False)
+    serial = Inputs("long-prompt-burst", 4, "0.5.16", 8192, serial_forward=True)
+    stems = {run_stem(on), run_stem(off), run_stem(serial)}
+    assert len(stems) == 3
+    assert run_stem(on) == "long-prompt-burst-dp4-chunk8192-sglang0.5.16"  # stored runs still found
+    assert "nodelayer" in run_stem(off)

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,61 @@ def test_fidelity_reuses_a_stored_server_run_and_replays_its_arrivals(sim_run, t
     plain = results.load(report["twin_result"])
     want = wait_ms["value"] / 1e3 if wait_ms else plain["extra"]["config"]["idle_pass_s"]
     assert replay["extra"]["config"]["idle_pass_s"] == pytest.approx(want)
+
+
+def test_pass_records_line_up_with_the_forwards(sim_run):
+    """Every pass that ran a batch on a rank is one forward there, in order, on every rank."""
+    from dpbench.server.steps import _jsonl
+
+    _, _, _, result, _, _ = sim_run
+    where = Path(result["extra"]["step_records_dir"])
+    for r in range(2):
+        passes = _jsonl(where / f"passes-rank{r}.jsonl")
+        forwards = _jsonl(where / f"rank{r}.jsonl")
+        ran = [p["kind"] for p in passes if p["kind"] != "none"]
+        assert ran == [f["kind"] for f in forwards]
+        assert all(p["reported"] in (True, False) and p["reason"] is not None for p in passes)
+        extends = [p for p in passes if p["kind"] == "extend"]
+        assert extends and all(len(p["admitted"]) == p["bs"] for p in extends)
+
+
+def test_the_divergence_finder_on_a_real_run_and_an_injected_departure(sim_run, tmp_path):
+    """``dpbench server diverge`` on this module's real run: the twin replaying it makes the
+    server's decisions (no rank runs another kind of forward on an aligned step); a departure
+    injected into the twin's records is found at its step, with the label pair."""
+    from dpbench.server import diverge as dv
+
+    _, tmp, _, result, _, _ = sim_run
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [DPBENCH, "server", "diverge", str(tmp / "run.json"), "-o", str(tmp_path / "rep.json")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - t0 < 60
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    assert "first divergence" in proc.stdout
+    server = dv.server_steps(result)
+    assert rep["counts"]["server"]["steps"] == len(server)
+    forwards = sum(1 for s in server if dv.step_kind(s) != "none")
+    assert forwards == result["metrics"]["steps_count"]["value"]
+    assert rep["departures"]["rank_label_pairs"] == {}, rep["departures"]
+    # inject: the twin's rank 1 extends where it ran something else at its first such step
+    twin = dv.replay_twin(tmp / "run.json", tmp_path / "twin.json")
+    base = dv.compare(server, dv.twin_steps(twin))
+    tl = twin["extra"]["timeline"]
+    step = next(i for i, k in enumerate(tl["rank_kind"][1]) if k != 2)
+    tl["rank_kind"][1][step] = 2
+    tl["rank_chunked"][1][step] = -1
+    got = dv.compare(server, dv.twin_steps(twin))
+    first = base["first_divergence"]["first_kind_step"]
+    assert got["first_divergence"]["first_kind_step"] == min(
+        step, first if first is not None else step
+    )
+    added = Counter(got["departures"]["rank_label_pairs"]) - Counter(
+        base["departures"]["rank_label_pairs"]
+    )
+    assert sum(added.values()) == 1 and next(iter(added)).endswith("→ extend:new"), added
 
 
 def test_no_server_process_is_left_after_the_run(sim_run):

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,49 @@ def test_delayer_off_reports_no_delayer_metrics(release_env, tmp_path):
     ):
         assert name not in r["metrics"]
     assert r["metrics"]["dp_mixed_step_fraction"]["value"] >= 0
+
+
+def _mid_chunk_reports(result: dict) -> Counter:
+    """Per pass in which a rank continued a chunked prefill with requests waiting: what it
+    told the delayer first (1: prefillable, 0: not)."""
+    tl = result["extra"]["timeline"]
+    seen: Counter = Counter()
+    for r in range(len(tl["rank_kind"])):
+        for kind, chunked, waiting, told in zip(
+            tl["rank_kind"][r],
+            tl["rank_chunked"][r],
+            tl["rank_waiting"][r],
+            tl["rank_reported"][r],
+            strict=True,
+        ):
+            if kind == 2 and chunked >= 0 and waiting > 0:
+                seen[told] += 1
+    return seen
+
+
+def test_a_rank_mid_chunk_offers_its_queue_every_pass_as_sglang_does(release_env, tmp_path):
+    """SGLang merges the last extend batch without the chunked request in flight; the batch
+    shrank, so ``batch_is_full`` is reset and a rank mid-chunk offers its waiting requests to
+    ``add_one_req`` every pass. On 0.5.16 (negotiation first) it then always tells the delayer
+    "prefillable", as the real server's pass records show on long-prompt-burst (2,807 of
+    2,807 such passes). The arm ``--no-chunk-merge-reset`` (the twin before the fix) kept
+    the flag and had such ranks report "not prefillable"."""
+    env = release_env("0.5.16")
+    base = ["--dp", "2", "--requests", "60", "--rank-mode", "threads"]
+    fixed = _mid_chunk_reports(_twin_args(env, tmp_path / "fixed.json", base))
+    arm = _mid_chunk_reports(
+        _twin_args(env, tmp_path / "arm.json", [*base, "--no-chunk-merge-reset"])
+    )
+    assert fixed[1] > 0 and fixed[0] == 0
+    assert arm[0] > 0
+
+
+def _twin_args(env, out: Path, args: list[str]) -> dict:
+    proc = subprocess.run(
+        [str(env.python), "-m", "dpbench.twin.run", SPEC, *args, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())

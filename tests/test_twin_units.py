@@ -137,6 +137,11 @@ def _rank(kind, reported=None, allowed=None, admitted=None, kv=None):
         loop_wall_s=1.0,
         loop_cpu_s=0.5,
         max_prefill_bs_kind="running_max",
+        waiting=np.zeros(n, dtype=np.int32),
+        running=np.ones(n, dtype=np.int32),
+        chunked=np.full(n, -1, dtype=np.int32),
+        token_usage=np.full(n, 0.5, dtype=np.float32),
+        admitted_idx=[[0] * int(a) for a in (admitted if admitted is not None else [0] * n)],
     )
 
 

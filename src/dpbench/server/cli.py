@@ -535,3 +535,49 @@ def fidelity(
                 _fidelity_diff(row, "replay_diff", "replay_rel") + _ci(row),
             )
         con.print(table)
+
+
+@app.command()
+def diverge(
+    server_run: Annotated[
+        Path, typer.Argument(help="a simulated-forward server run result (its JSON file)")
+    ],
+    twin_result: Annotated[
+        Path | None,
+        typer.Option(
+            "--twin-result",
+            help="a replayed twin result with its timeline (default: run the twin on the "
+            "server run's arrivals now)",
+        ),
+    ] = None,
+    twin_arg: Annotated[
+        list[str],
+        typer.Option("--twin-arg", help="extra flag for the replayed twin, e.g. an arm's flag"),
+    ] = [],  # noqa: B006 - typer reads the default
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="write the report as JSON")
+    ] = None,
+    top: Annotated[int, typer.Option(min=1, help="rows per table")] = 8,
+) -> None:
+    """Where the twin and SGLang's real scheduler part, on one server run (step by step)."""
+    import tempfile
+
+    from dpbench.atomic import write_json
+    from dpbench.server import diverge as dv
+    from dpbench.server.fidelity import FidelityError
+
+    try:
+        server = dv.load(server_run)
+        if twin_result is None:
+            with tempfile.TemporaryDirectory(prefix="dpbench-diverge-") as tmp:
+                twin = dv.replay_twin(server_run, Path(tmp) / "twin.json", twin_args=twin_arg)
+        else:
+            twin = dv.load(twin_result)
+        report = dv.compare(dv.server_steps(server), dv.twin_steps(twin), top=top)
+    except (dv.DivergeError, FidelityError) as exc:
+        _fail(str(exc))
+    report["server_run"] = str(server_run)
+    report["twin_args"] = list(twin_arg)
+    print(dv.render(report, top=top))
+    if output:
+        write_json(output, report)

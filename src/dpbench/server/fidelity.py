@@ -112,13 +112,21 @@ def run_twin(
     python: str,
     replay: Path | None = None,
     idle_pass_ms: float | None = None,
+    *,
+    timeline: bool = False,
+    extra_args: list[str] | None = None,
 ) -> dict[str, Any]:
+    """The twin in the release's environment; ``timeline`` keeps its per-step records
+    (the divergence finder reads them), ``extra_args`` go to ``python -m dpbench.twin.run``."""
     args = [
         python, "-m", "dpbench.twin.run", inp.spec,
         "--dp", str(inp.dp), "--tp", str(inp.dp),
         "--chunked-prefill-size", str(inp.chunked_prefill_size),
-        "--rank-mode", "threads", "--no-timeline", "-o", str(out),
+        "--rank-mode", "threads", "-o", str(out),
     ]  # fmt: skip
+    if not timeline:
+        args.append("--no-timeline")
+    args += extra_args or []
     if replay is not None:
         args += ["--replay-arrivals", str(replay)]
     if idle_pass_ms is not None and not math.isnan(idle_pass_ms):
@@ -224,6 +232,17 @@ def compare(
     return rows
 
 
+def run_stem(inp: Inputs) -> str:
+    """The file-name stem of a fidelity setting's results: every input that changes a run is
+    in it (a delayer-off run never overwrites, or is reused for, a delayer-on one)."""
+    stem = f"{Path(inp.spec).stem}-dp{inp.dp}-chunk{inp.chunked_prefill_size}-sglang{inp.release}"
+    if not inp.delayer:
+        stem += "-nodelayer"
+    if inp.serial_forward:
+        stem += "-serial"
+    return stem
+
+
 def run(
     inp: Inputs, *, out_dir: Path | None = None, reuse_server_runs: bool = False
 ) -> dict[str, Any]:
@@ -236,11 +255,9 @@ def run(
     from dpbench.server.run import release_python
 
     python = release_python(inp.release)
-    stem = f"{Path(inp.spec).stem}-dp{inp.dp}-chunk{inp.chunked_prefill_size}-sglang{inp.release}"
+    stem = run_stem(inp)
     out_dir = out_dir or results_dir() / "fidelity"
     out_dir.mkdir(parents=True, exist_ok=True)
-    if inp.serial_forward:
-        stem += "-serial"
     t0 = time.monotonic()
     twin = run_twin(inp, out_dir / f"{stem}-twin.json", python)
     t_twin = time.monotonic() - t0

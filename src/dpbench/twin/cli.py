@@ -230,6 +230,13 @@ def run(
         str | None,
         typer.Option(help="NO_TOKEN → batch_is_full: always or if_admitted_or_running"),
     ] = None,
+    chunk_merge_reset: Annotated[
+        bool,
+        typer.Option(
+            "--chunk-merge-reset/--no-chunk-merge-reset",
+            help="batch_is_full reset when the last extend batch held the chunked request",
+        ),
+    ] = True,
     replay_arrivals: Annotated[
         Path | None,
         typer.Option(
@@ -268,6 +275,7 @@ def run(
             overlap_schedule=overlap_schedule,
             hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
             batch_is_full_rule=batch_is_full_rule,
+            chunk_merge_resets_batch_is_full=chunk_merge_reset,
             replay_arrivals=str(replay_arrivals) if replay_arrivals is not None else None,
             idle_pass_s=idle_pass_ms / 1e3 if idle_pass_ms is not None else None,
             deadline=deadline,
@@ -345,6 +353,7 @@ ARM_MODES = {
     "ablation": ["--hide-delayer-from-chunked-req"],
     "no-radix": ["--disable-radix-cache"],
     "no-overlap": ["--disable-overlap-schedule"],
+    "no-chunk-reset": ["--no-chunk-merge-reset"],
     "physical": ["--cost-topology", "physical"],
 }
 ARM_VALUE_MODES = {"conservativeness": "--schedule-conservativeness"}

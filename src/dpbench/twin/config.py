@@ -75,6 +75,15 @@ class SchedulerSettings:
             "'if_admitted_or_running' (0.5.23); None: the release's own rule"
         },
     )
+    chunk_merge_resets_batch_is_full: bool = field(
+        default=True,
+        metadata={
+            "help": "SGLang's get_next_batch_to_run merges the last extend batch without the "
+            "chunked request in flight, and a batch that shrank resets batch_is_full, so a "
+            "rank mid-chunk offers its waiting queue every pass (off: the twin before "
+            "2026-12-02, which kept the flag until a request finished)"
+        },
+    )
     hide_delayer_from_chunked_req: bool = field(
         default=False,
         metadata={
@@ -254,6 +263,8 @@ def build_config(
     timeline: bool = True,
     replay_arrivals: str | None = None,
     idle_pass_s: float | None = None,
+    prefill_delayer_max_delay_passes: int | None = None,
+    chunk_merge_resets_batch_is_full: bool = True,
 ) -> TwinConfig:
     """The one way the CLI (``dpbench twin``) and ``python -m dpbench.twin.run`` turn flags into a config."""
     if hide_delayer_from_chunked_req and not delayer:
@@ -273,6 +284,12 @@ def build_config(
             overlap_schedule=overlap_schedule,
             hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
             batch_is_full_rule=batch_is_full_rule,
+            chunk_merge_resets_batch_is_full=chunk_merge_resets_batch_is_full,
+            **(
+                {"prefill_delayer_max_delay_passes": prefill_delayer_max_delay_passes}
+                if prefill_delayer_max_delay_passes is not None
+                else {}
+            ),
         ),
         deadline_s=deadline,
         step_exchange=step_exchange,  # type: ignore[arg-type]
@@ -305,12 +322,16 @@ def module_args(config: TwinConfig) -> list[str]:
         out.append("--disable-overlap-schedule")
     if s.batch_is_full_rule is not None:
         out += ["--batch-is-full-rule", s.batch_is_full_rule]
+    if s.prefill_delayer_max_delay_passes != SchedulerSettings().prefill_delayer_max_delay_passes:
+        out += ["--prefill-delayer-max-delay-passes", str(s.prefill_delayer_max_delay_passes)]
     if config.replay_arrivals is not None:
         out += ["--replay-arrivals", config.replay_arrivals]
     if config.idle_pass_s is not None:
         out += ["--idle-pass-s", repr(config.idle_pass_s)]
     if s.hide_delayer_from_chunked_req:
         out.append("--hide-delayer-from-chunked-req")
+    if not s.chunk_merge_resets_batch_is_full:
+        out.append("--no-chunk-merge-reset")
     if not config.record_timeline:
         out.append("--no-timeline")
     return out

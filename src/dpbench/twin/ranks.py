@@ -41,7 +41,14 @@ import numpy as np
 from dpbench.procs import die_with_parent
 from dpbench.twin.config import TwinConfig
 from dpbench.twin.cost import ExecutionTimeModel, RankWork
-from dpbench.twin.scheduler import KIND_IDLE, KIND_NAMES, PassPlan, RankScheduler, TrackedReq
+from dpbench.twin.scheduler import (
+    KIND_EXTEND,
+    KIND_IDLE,
+    KIND_NAMES,
+    PassPlan,
+    RankScheduler,
+    TrackedReq,
+)
 
 
 class StepRow(NamedTuple):
@@ -191,6 +198,14 @@ class RankResult:
     kv_pool_occupied: np.ndarray | None = (
         None  # int32 after the step, evictable tree entries included
     )
+    # what each pass started from (scheduler.PassState) and whom it admitted: int32 / float32
+    # per step, admitted as arrival indices; the divergence finder lines these up with a
+    # server run's pass records
+    waiting: np.ndarray | None = None
+    running: np.ndarray | None = None
+    chunked: np.ndarray | None = None
+    token_usage: np.ndarray | None = None
+    admitted_idx: list[list[int]] | None = None
 
 
 def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> None:
@@ -282,6 +297,11 @@ class StepRecords:
         self.pass_us: list[float] = []
         self.step_end: list[float] = []
         self.step_dur: list[float] = []
+        self.waiting: list[int] = []
+        self.running: list[int] = []
+        self.chunked: list[int] = []
+        self.token_usage: list[float] = []
+        self.admitted_idx: list[list[int]] = []
         self.labels: dict[tuple[str, str, str, str], int] = {}
 
     def add(
@@ -302,6 +322,14 @@ class StepRecords:
         self.pass_us.append(pass_us)
         self.step_end.append(end_s)
         self.step_dur.append(dur_s)
+        seen = plan.seen
+        if seen is None:
+            raise ValueError("a pass plan without the state it started from (PassPlan.seen)")
+        self.waiting.append(seen.waiting)
+        self.running.append(seen.running)
+        self.chunked.append(seen.chunked)
+        self.token_usage.append(seen.token_usage)
+        self.admitted_idx.append([t.index for t in plan.batch] if plan.kind == KIND_EXTEND else [])
         if plan.outcome is not None:
             key = plan.outcome.labels()
             self.outcome.append(self.labels.setdefault(key, len(self.labels)))
@@ -495,6 +523,11 @@ def _result(
         loop_wall_s=loop_wall,
         loop_cpu_s=loop_cpu,
         max_prefill_bs_kind=sched.max_prefill_bs.kind,
+        waiting=np.asarray(rec.waiting, dtype=np.int32),
+        running=np.asarray(rec.running, dtype=np.int32),
+        chunked=np.asarray(rec.chunked, dtype=np.int32),
+        token_usage=np.asarray(rec.token_usage, dtype=np.float32),
+        admitted_idx=rec.admitted_idx,
     )
 
 

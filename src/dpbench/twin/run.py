@@ -269,6 +269,7 @@ def run_twin(
     )
     if config.record_timeline:
         extra["timeline"] = timeline(results)
+        extra["timeline"]["request_ids"] = list(arrivals.ids)  # rank_admitted's indices
     return make_run_result(
         tier="twin",
         sglang=provenance["sglang"],
@@ -298,6 +299,12 @@ def timeline(results: list[RankResult]) -> dict[str, Any]:
         "rank_admitted": [r.admitted.tolist() for r in results],
         "rank_chunk_continued": [r.chunk_continued.tolist() for r in results],
         "rank_reported": [r.reported.tolist() for r in results],
+        "rank_allowed": [r.allowed.tolist() for r in results],
+        "rank_waiting": [r.waiting.tolist() for r in results],
+        "rank_running": [r.running.tolist() for r in results],
+        "rank_chunked": [r.chunked.tolist() for r in results],
+        "rank_token_usage": [np.round(r.token_usage, 4).tolist() for r in results],
+        "rank_admitted_idx": [r.admitted_idx for r in results],
         "rank_false_report": [
             ((r.reported == 1) & (r.allowed == 1) & (r.admitted == 0)).astype(int).tolist()
             for r in results
@@ -329,6 +336,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--hide-delayer-from-chunked-req", action="store_true", help="ablation arm")
+    p.add_argument(
+        "--no-chunk-merge-reset",
+        action="store_true",
+        help="fidelity arm: keep batch_is_full across the merge of a batch with the chunked request",
+    )
+    p.add_argument(
+        "--prefill-delayer-max-delay-passes",
+        type=int,
+        default=None,
+        help="SGLang's flag (default: SGLang's default); a replay takes the server run's",
+    )
     p.add_argument(
         "--idle-pass-s",
         type=float,
@@ -373,6 +391,8 @@ def config_from_args(args: argparse.Namespace) -> TwinConfig:
         batch_is_full_rule=args.batch_is_full_rule,
         replay_arrivals=args.replay_arrivals,
         idle_pass_s=args.idle_pass_s,
+        prefill_delayer_max_delay_passes=args.prefill_delayer_max_delay_passes,
+        chunk_merge_resets_batch_is_full=not args.no_chunk_merge_reset,
         deadline=args.deadline,
         step_exchange=args.step_exchange,
         rank_mode=args.rank_mode,

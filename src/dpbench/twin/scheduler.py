@@ -86,6 +86,18 @@ class PassPlan:
     admitted: int  # requests the adder admitted this pass (0: no prefill)
     retracted: int
     continued_chunk: bool = False  # the pass continued a chunked prefill (add_chunked_req)
+    seen: PassState | None = None  # what the pass started from (the divergence finder reads it)
+
+
+@dataclass(frozen=True)
+class PassState:
+    """What a rank's pass started from, as the server's stand-in records it per pass
+    (``passes-rank<N>.jsonl``): queue lengths, the chunked request, the delayer's input."""
+
+    waiting: int
+    running: int
+    chunked: int  # trace index of the chunked request in flight, -1: none
+    token_usage: float  # what the delayer executor was built with
 
 
 class RankScheduler:
@@ -128,6 +140,8 @@ class RankScheduler:
         self.running: list[TrackedReq] = []
         self.chunked: TrackedReq | None = None
         self.batch_is_full = False
+        # the last forward was an extend whose batch held the chunked request still in flight
+        self.chunk_in_last_extend = False
         # SGLang's NewTokenRatioTracker as the release builds it (conservativeness ×0.3 under DP attention).
         self.ratio_init = defaults.init_new_token_ratio
         self.ratio_min = defaults.min_new_token_ratio
@@ -167,6 +181,12 @@ class RankScheduler:
         """Decide this rank's forward for the step (SGLang's ``get_next_batch_to_run``)."""
         executor: PassExecutor | None = None
         continuing = self.chunked is not None
+        seen = PassState(
+            waiting=len(self.waiting),
+            running=len(self.running),
+            chunked=self.chunked.index if self.chunked is not None else -1,
+            token_usage=self.kv_used / self.kv_capacity,
+        )
         self.max_prefill_bs.before_pass()
         if self.delayer is not None:
             executor = new_pass(
@@ -204,6 +224,7 @@ class RankScheduler:
                 admitted=admitted,
                 retracted=0,
                 continued_chunk=continuing,
+                seen=seen,
             )
         retracted = self._make_room_for_decode()
         if self.running:
@@ -218,6 +239,7 @@ class RankScheduler:
                 reported_prefillable=reported,
                 admitted=0,
                 retracted=retracted,
+                seen=seen,
             )
         return PassPlan(
             kind=KIND_IDLE,
@@ -229,6 +251,7 @@ class RankScheduler:
             reported_prefillable=reported,
             admitted=0,
             retracted=retracted,
+            seen=seen,
         )
 
     def _prefill_raw(
@@ -236,6 +259,10 @@ class RankScheduler:
     ) -> tuple[list[TrackedReq], TrackedReq | None]:
         """SGLang's ``_get_new_batch_prefill_raw``: the admitted batch and the next chunked request."""
         kit = self.kit
+        if self.chunk_in_last_extend and self.settings.chunk_merge_resets_batch_is_full:
+            # get_next_batch_to_run: last_batch.filter_batch(chunked_req_to_exclude=[the
+            # chunked request]) shrinks the batch, and a shrunk batch resets batch_is_full
+            self.batch_is_full = False
         if self.running == [] and self.batch_is_full:
             self.batch_is_full = False
         if (self.batch_is_full or not self.waiting) and self.chunked is None:
@@ -347,6 +374,9 @@ class RankScheduler:
         first: list[TrackedReq] = []
         prefilled: list[tuple[TrackedReq, int]] = []
         lagged = {id(t) for t in self.lagged}
+        self.chunk_in_last_extend = plan.kind == KIND_EXTEND and any(
+            t is self.chunked for t in plan.batch
+        )
         if plan.kind == KIND_EXTEND:
             self._evict(sum(self.kit.extend_tokens(t.req) for t in plan.batch))
             for t in plan.batch:

@@ -45,6 +45,7 @@ def sweep_release(
     schedule_conservativeness: float | None = None,
     cost_topology: str = "per-rank-gpu",
     batch_is_full_rule: str | None = None,
+    chunk_merge_resets_batch_is_full: bool = True,
     on_run: Any = None,
 ) -> dict[str, Any]:
     from dpbench.twin.config import build_config
@@ -63,6 +64,7 @@ def sweep_release(
                 schedule_conservativeness=schedule_conservativeness,
                 cost_topology=cost_topology,
                 batch_is_full_rule=batch_is_full_rule,
+                chunk_merge_resets_batch_is_full=chunk_merge_resets_batch_is_full,
                 rank_mode="threads",
                 timeline=False,
                 deadline=3600,
@@ -103,6 +105,7 @@ def sweep_release(
             "schedule_conservativeness": schedule_conservativeness,
             "cost_topology": cost_topology,
             "batch_is_full_rule": batch_is_full_rule,
+            "chunk_merge_resets_batch_is_full": chunk_merge_resets_batch_is_full,
         },
         "runs": runs,
     }
@@ -161,6 +164,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--chunked-prefill-size", type=_ints, required=True)
     p.add_argument("--requests", type=int, default=None)
     p.add_argument("--hide-delayer-from-chunked-req", action="store_true")
+    p.add_argument("--no-chunk-merge-reset", action="store_true")
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--schedule-conservativeness", type=float, default=None)
@@ -185,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         chunks=args.chunked_prefill_size,
         requests=args.requests,
         hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
+        chunk_merge_resets_batch_is_full=not args.no_chunk_merge_reset,
         radix_cache=not args.disable_radix_cache,
         overlap_schedule=not args.disable_overlap_schedule,
         schedule_conservativeness=args.schedule_conservativeness,

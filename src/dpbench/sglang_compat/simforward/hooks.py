@@ -96,8 +96,39 @@ REGISTRY: tuple[Hook, ...] = (
     Hook(
         "sglang.srt.managers.scheduler",
         "Scheduler.get_next_batch_to_run",
-        "time the passes that run no batch anywhere while requests wait (the event loop's period)",
-        standin.log_idle_pass,
+        "record every pass with work (state seen, batch chosen, delayer input and verdict: the "
+        "divergence finder's server side) and time the passes that run no batch anywhere while "
+        "requests wait (the event loop's period)",
+        standin.record_pass,
+        requires=("running_batch",),
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler",
+        "Scheduler.get_new_batch_prefill",
+        "record the queues as the pass's prefill step sees them (running batch after the merge)",
+        standin.record_prefill_view,
+        requires=("running_batch",),
+    ),
+    Hook(
+        "sglang.srt.managers.prefill_delayer",
+        "PrefillDelayerSinglePassExecutor.__init__",
+        "record the pool usage each pass's delayer executor is built with",
+        standin.record_token_usage,
+        requires=("token_usage",),
+    ),
+    Hook(
+        "sglang.srt.managers.prefill_delayer",
+        "PrefillDelayerSinglePassExecutor.negotiate_should_allow_prefill",
+        "record what the rank first told the delayer in a pass, and its verdict",
+        standin.record_negotiation,
+        requires=("local_prefillable",),
+    ),
+    Hook(
+        "sglang.srt.managers.prefill_delayer",
+        "_record_single_pass_result",
+        "record the pass's delayer outcome (input estimation, reason)",
+        standin.record_outcome,
+        requires=("output", "actual_execution"),
     ),
     Hook(
         "sglang.srt.managers.scheduler",

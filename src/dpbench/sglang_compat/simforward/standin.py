@@ -349,6 +349,7 @@ class _RankLog:
 
 _ARRIVALS = _RankLog("arrivals")  # {"rid", "t"}: a request taken in by this scheduler
 _IDLE_PASSES = _RankLog("idle-passes")  # {"t", "s"}: a pass with no batch anywhere, work waiting
+_PASSES = _RankLog("passes")  # PassRecorder: one line per scheduler pass with work
 
 
 def log_arrival(original: Any, module: ModuleType) -> Any:
@@ -362,24 +363,177 @@ def log_arrival(original: Any, module: ModuleType) -> Any:
     return handle_generate_request
 
 
-def log_idle_pass(original: Any, module: ModuleType) -> Any:
-    """Time the scheduler's passes that ran no batch on any rank while this rank had requests
-    waiting (the delayer holding them back): how long SGLang's event loop takes to come
-    round when no forward runs, the twin's ``--idle-pass-ms``."""
+# What this process's delayer heard and said in the pass now running, and the state its
+# prefill step saw (filled by the hooks below, written out with the pass record, cleared at
+# each pass's start).
+_DELAYER_PASS: dict[str, Any] = {}
+
+
+def _need(obj: Any, name: str, why: str) -> Any:
+    """``obj.name``, or a :class:`StandInError` naming what this SGLang lacks (never a default)."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise StandInError(
+            f"{type(obj).__name__} has no {name}: the stand-in reads it to record {why}"
+        ) from None
+
+
+def _batch_kind(batch: Any) -> str:
+    if batch is None:
+        return "none"
+    mode = _need(batch, "forward_mode", "the pass's batch")
+    if mode.is_idle():
+        return "idle"
+    return "decode" if mode.is_decode() else "extend" if mode.is_extend() else mode.name.lower()
+
+
+def _reqs(batch: Any) -> list[Any]:
+    return list(_need(batch, "reqs", "the requests of a batch")) if batch is not None else []
+
+
+def _rid(req: Any) -> str | None:
+    return None if req is None else str(_need(req, "rid", "which request is chunked"))
+
+
+def _kv_state(sched: Any) -> dict[str, int]:
+    """The pool as SGLang's ``token_usage`` counts it: used = total − free − evictable."""
+    total = int(_need(sched, "max_total_num_tokens", "the KV pool"))
+    free = int(_need(sched, "token_to_kv_pool_allocator", "the KV pool").available_size())
+    evictable = int(_need(sched, "tree_cache", "the KV pool").evictable_size())
+    return {"kv_used": total - free - evictable, "kv_evictable": evictable, "kv_total": total}
+
+
+class PassRecorder:
+    """One JSON line per scheduler pass of this process that had work (``passes-rank<N>.jsonl``).
+
+    Under DP attention every rank's pass holds the same collectives (the delayer's
+    all-gather, the MLP-sync all-gather), so pass ``n`` of every rank is the same pass;
+    a pass with nothing waiting, running or chunked on this rank is not written (pass
+    numbers still count it), so the file holds the passes the twin also steps through.
+    Per pass: the state the scheduler saw (waiting queue, running batch, chunked
+    request, pool), what it chose (batch kind, size, the admitted request ids), and the
+    delayer's input and verdict.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def before(self, sched: Any, running: Any) -> dict[str, Any]:
+        _DELAYER_PASS.clear()
+        return {
+            "pass": self.n,
+            "waiting": len(_need(sched, "waiting_queue", "the waiting queue")),
+            "running": len(_reqs(running)),
+            "chunked": _rid(_need(sched, "chunked_req", "the chunked request in flight")),
+        }
+
+    def after(self, sched: Any, rec: dict[str, Any], batch: Any, running: Any) -> dict[str, Any]:
+        kind = _batch_kind(batch)
+        rec.update(
+            kind=kind,
+            bs=len(_reqs(batch)) if kind in ("extend", "decode") else 0,
+            admitted=[_rid(r) for r in _reqs(batch)] if kind == "extend" else [],
+            waiting_after=len(sched.waiting_queue),
+            running_after=len(_reqs(running)),
+            chunked_after=_rid(sched.chunked_req),
+            batch_is_full=bool(_need(running, "batch_is_full", "the running batch's full flag"))
+            if running is not None
+            else None,
+            **_kv_state(sched),
+            **_DELAYER_PASS,
+        )
+        self.n += 1
+        return rec
+
+
+def record_pass(original: Any, module: ModuleType) -> Any:
+    """Record every scheduler pass with work (:class:`PassRecorder`), and time the passes that
+    ran no batch on any rank while this rank had requests waiting (the delayer holding them
+    back): how long SGLang's event loop takes to come round when no forward runs, the twin's
+    ``--idle-pass-ms``."""
     started: list[float] = []
+    recorder = PassRecorder()
+    sig = inspect.signature(original)
 
     @functools.wraps(original)
     def get_next_batch_to_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         now = time.monotonic()
         if started:
             _IDLE_PASSES.write({"t": started[0], "s": now - started.pop()})
+        bound = sig.bind(self, *args, **kwargs).arguments
+        running_in = bound.get("running_batch", getattr(self, "running_batch", None))
+        rec = recorder.before(self, running_in)
         plan = original(self, *args, **kwargs)
         batch = plan.batch_to_run if hasattr(plan, "batch_to_run") else plan
-        if batch is None and len(getattr(self, "waiting_queue", ())) > 0:
+        running = plan.running_batch if hasattr(plan, "running_batch") else self.running_batch
+        rec["t"], rec["s"] = now, time.monotonic() - now
+        rec = recorder.after(self, rec, batch, running)
+        if rec["kind"] != "none" or rec["waiting"] or rec["running"] or rec["chunked"]:
+            _PASSES.write(rec)
+        if batch is None and len(self.waiting_queue) > 0:
             started.append(now)
         return plan
 
     return get_next_batch_to_run
+
+
+def record_prefill_view(original: Any, module: ModuleType) -> Any:
+    """The queues as the pass's prefill step (the adder) sees them: the running batch after the
+    last prefill batch was merged into it, the waiting queue with this pass's arrivals."""
+    sig = inspect.signature(original)
+
+    @functools.wraps(original)
+    def get_new_batch_prefill(self: Any, *args: Any, **kwargs: Any) -> Any:
+        running = sig.bind(self, *args, **kwargs).arguments["running_batch"]
+        _DELAYER_PASS["running"] = len(_reqs(running))
+        _DELAYER_PASS["waiting"] = len(self.waiting_queue)
+        return original(self, *args, **kwargs)
+
+    return get_new_batch_prefill
+
+
+def record_token_usage(original: Any, module: ModuleType) -> Any:
+    """The pool usage the pass's delayer executor was built with (its watermark input)."""
+    sig = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        _DELAYER_PASS["usage"] = float(sig.bind(self, *args, **kwargs).arguments["token_usage"])
+        original(self, *args, **kwargs)
+
+    return __init__
+
+
+def record_negotiation(original: Any, module: ModuleType) -> Any:
+    """What this rank told the delayer first in the pass (later calls reuse the verdict)."""
+    sig = inspect.signature(original)
+
+    @functools.wraps(original)
+    def negotiate_should_allow_prefill(self: Any, *args: Any, **kwargs: Any) -> Any:
+        allow = original(self, *args, **kwargs)
+        if "reported" not in _DELAYER_PASS:
+            local = sig.bind(self, *args, **kwargs).arguments["local_prefillable"]
+            _DELAYER_PASS["reported"] = bool(local)
+            _DELAYER_PASS["allow"] = bool(allow)
+        return allow
+
+    return negotiate_should_allow_prefill
+
+
+def record_outcome(original: Any, module: ModuleType) -> Any:
+    """The pass's delayer outcome as SGLang records it (estimation, reason, ranks prefillable)."""
+    sig = inspect.signature(original)
+
+    @functools.wraps(original)
+    def _record_single_pass_result(*args: Any, **kwargs: Any) -> Any:
+        out = sig.bind(*args, **kwargs).arguments["output"]
+        _DELAYER_PASS["estimation"] = str(_need(out, "input_estimation", "the delayer outcome"))
+        _DELAYER_PASS["reason"] = str(_need(out, "output_reason", "the delayer outcome"))
+        _DELAYER_PASS["num_prefillable"] = int(_need(out, "num_prefillable", "the delayer outcome"))
+        return original(*args, **kwargs)
+
+    return _record_single_pass_result
 
 
 def wait_for_device(original: Any, module: ModuleType) -> Any:

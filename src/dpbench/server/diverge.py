@@ -1,0 +1,430 @@
+"""Where the twin and SGLang's real scheduler part: one server run against the twin replaying it.
+
+The simulated-forward server's stand-in writes one record per scheduler pass with work
+and per DP rank (``passes-rank<N>.jsonl``: the state the pass saw, the batch it chose,
+the delayer's input and verdict; :class:`dpbench.sglang_compat.simforward.standin.PassRecorder`).
+The twin, replaying that run's arrivals (each request on the rank and at the time its
+scheduler took it in), records the same per step (its timeline). Both step through the
+same passes: a pass with work on some rank, in lockstep over the DP ranks.
+
+Each rank's pass is labelled by what it did and why, with one rule for both sides
+(:func:`label`): ``extend:chunk`` (continued a chunked prefill), ``extend:new``,
+``decode:empty`` (nothing waiting), ``decode:delayed`` (the delayer said no),
+``decode:false-report`` (told the delayer "prefillable", was allowed, admitted nothing:
+the early placement's false report), ``decode:refused`` (waiting requests, not reported
+prefillable: a KV-budget or batch-full refusal), and the same for ``idle:*``. The report:
+
+- **counts**: steps by kind (extend / decode / mixed / none) on each side;
+- **why mixed**: for each DP-mixed step, the labels of its extending and decoding ranks,
+  counted on each side (alignment-free: where the excess mixed steps come from);
+- **first divergence**: the first step whose per-rank kinds differ, with both sides' state
+  around it, and whether the ranks had seen the same state there (a *decision*
+  divergence) or not (the *inputs* had already parted, e.g. an arrival one pass apart);
+- **departures**: the two step sequences aligned (``difflib``), and for each stretch
+  where they differ, which rank did what on each side, counted by label pair: the places
+  they most often part.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpbench.server.steps import StepRecordError, _jsonl
+
+KIND_CODE = {"extend": "E", "decode": "D", "idle": "I", "none": "-"}
+
+
+class DivergeError(RuntimeError):
+    """The records cannot be compared: missing, from another run, or not lined up."""
+
+
+@dataclass(frozen=True)
+class RankPass:
+    """One rank's pass: what it saw, what it did, what the delayer heard and said."""
+
+    kind: str  # extend | decode | idle | none (no forward on any rank)
+    waiting: int
+    running: int
+    chunked: str | None  # request id of the chunked prefill in flight
+    bs: int = 0
+    admitted: tuple[str, ...] = ()
+    usage: float | None = None  # pool usage the delayer was given
+    reported: bool | None = None  # told the delayer "prefillable" (first report of the pass)
+    allow: bool | None = None
+    reason: str | None = None  # input_estimation/output_reason
+
+    def brief(self) -> str:
+        delayer = ""
+        if self.reported is not None:
+            delayer = (
+                f" told={'P' if self.reported else '-'}"
+                f" verdict={'allow' if self.allow else 'delay'}"
+                + (f"({self.reason})" if self.reason else "")
+            )
+        usage = f" usage={self.usage:.3f}" if self.usage is not None else ""
+        chunk = " chunk" if self.chunked else ""
+        adm = f" +{len(self.admitted)}" if self.admitted else ""
+        return (
+            f"{KIND_CODE[self.kind]} w={self.waiting} r={self.running}{chunk}{adm}{usage}{delayer}"
+        )
+
+
+Step = tuple[RankPass, ...]
+
+
+def label(p: RankPass) -> str:
+    """What a rank did in a pass and why, by one rule for both sides."""
+    if p.kind == "extend":
+        return "extend:chunk" if p.chunked else "extend:new"
+    base = "idle" if p.kind in ("idle", "none") else "decode"
+    if p.waiting == 0 and not p.chunked:
+        return f"{base}:empty"
+    if p.reported is None:  # no delayer
+        return f"{base}:refused"
+    if p.allow is False:
+        return f"{base}:delayed"
+    if p.reported:
+        return f"{base}:false-report"
+    return f"{base}:refused"
+
+
+def signature(step: Step) -> str:
+    return "".join(KIND_CODE[p.kind] for p in step)
+
+
+def step_kind(step: Step) -> str:
+    kinds = {p.kind for p in step}
+    ext, dec = "extend" in kinds, "decode" in kinds
+    return "mixed" if ext and dec else "extend" if ext else "decode" if dec else "none"
+
+
+def _normalise(step: list[RankPass]) -> Step:
+    """A step in which no rank runs a forward is ``none`` on every rank; otherwise a rank
+    without a forward of its own runs SGLang's IDLE batch."""
+    if all(p.kind in ("idle", "none") for p in step):
+        return tuple(_with_kind(p, "none") for p in step)
+    return tuple(_with_kind(p, "idle") if p.kind == "none" else p for p in step)
+
+
+def _with_kind(p: RankPass, kind: str) -> RankPass:
+    return p if p.kind == kind else RankPass(**{**p.__dict__, "kind": kind})
+
+
+# -- the server's side ------------------------------------------------------------------
+def server_steps(run: dict[str, Any]) -> list[Step]:
+    """The server run's passes with work, from the first trace request's arrival on."""
+    extra = run.get("extra", {})
+    where = extra.get("step_records_dir")
+    dp = int(extra.get("server_config", {}).get("dp_size", 0))
+    if not where or dp < 1:
+        raise DivergeError("not a simulated-forward server run (no extra.step_records_dir)")
+    ids = set(extra.get("scheduler_arrivals") or ())
+    arrivals = [
+        rec["t"]
+        for r in range(dp)
+        for rec in _read(Path(where) / f"arrivals-rank{r}.jsonl")
+        if rec["rid"] in ids
+    ]
+    if not arrivals:
+        raise DivergeError(f"{where}: no trace request reached a scheduler (arrivals-rank*.jsonl)")
+    t0 = min(arrivals)
+    by_pass: dict[int, dict[int, dict[str, Any]]] = {}
+    for r in range(dp):
+        path = Path(where) / f"passes-rank{r}.jsonl"
+        if not path.is_file():
+            raise DivergeError(
+                f"{path} is missing: this server run predates the pass records "
+                "(run it again with this dpbench)"
+            )
+        for rec in _read(path):
+            by_pass.setdefault(int(rec["pass"]), {})[r] = rec
+    first = min(
+        (p for p, recs in by_pass.items() if any(x["t"] >= t0 for x in recs.values())), default=None
+    )
+    if first is None:
+        raise DivergeError(f"{where}: no pass after the first trace arrival")
+    steps = []
+    for p in sorted(k for k in by_pass if k >= first):
+        recs = by_pass[p]
+        steps.append(_normalise([_server_pass(recs.get(r)) for r in range(dp)]))
+    return steps
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise DivergeError(f"{path} is missing")
+    try:
+        return _jsonl(path)
+    except StepRecordError as exc:  # pragma: no cover - _jsonl drops only a torn last line
+        raise DivergeError(str(exc)) from exc
+
+
+def _server_pass(rec: dict[str, Any] | None) -> RankPass:
+    if rec is None:  # not written: nothing waiting, running or chunked, no batch
+        return RankPass(kind="none", waiting=0, running=0, chunked=None)
+    reason = None
+    if "estimation" in rec:
+        reason = f"{rec['estimation']}/{rec['reason'] or 'none'}"
+    return RankPass(
+        kind=rec["kind"],
+        waiting=int(rec["waiting"]),
+        running=int(rec["running"]),
+        chunked=rec["chunked"],
+        bs=int(rec["bs"]),
+        admitted=tuple(rec["admitted"]),
+        usage=rec.get("usage"),
+        reported=rec.get("reported"),
+        allow=rec.get("allow"),
+        reason=reason,
+    )
+
+
+# -- the twin's side --------------------------------------------------------------------
+_TWIN_KIND = {0: "idle", 1: "decode", 2: "extend"}
+_TIMELINE_KEYS = (
+    "rank_kind",
+    "rank_waiting",
+    "rank_running",
+    "rank_chunked",
+    "rank_token_usage",
+    "rank_reported",
+    "rank_allowed",
+    "rank_verdict",
+    "rank_admitted_idx",
+    "request_ids",
+)
+
+
+def twin_steps(result: dict[str, Any]) -> list[Step]:
+    """The twin's steps from its timeline (``python -m dpbench.twin.run`` without ``--no-timeline``)."""
+    tl = result.get("extra", {}).get("timeline")
+    if not tl:
+        raise DivergeError("the twin result has no timeline (run it without --no-timeline)")
+    missing = [k for k in _TIMELINE_KEYS if k not in tl]
+    if missing:
+        raise DivergeError(f"the twin's timeline lacks {', '.join(missing)} (an older dpbench)")
+    ids = tl["request_ids"]
+    dp = len(tl["rank_kind"])
+    steps = []
+    for i in range(len(tl["rank_kind"][0])):
+        step = []
+        for r in range(dp):
+            reported = tl["rank_reported"][r][i]
+            chunked = tl["rank_chunked"][r][i]
+            verdict = tl["rank_verdict"][r][i]
+            step.append(
+                RankPass(
+                    kind=_TWIN_KIND[tl["rank_kind"][r][i]],
+                    waiting=tl["rank_waiting"][r][i],
+                    running=tl["rank_running"][r][i],
+                    chunked=ids[chunked] if chunked >= 0 else None,
+                    bs=len(tl["rank_admitted_idx"][r][i]),
+                    admitted=tuple(ids[j] for j in tl["rank_admitted_idx"][r][i]),
+                    usage=tl["rank_token_usage"][r][i],
+                    reported=None if reported < 0 else bool(reported),
+                    allow=None if reported < 0 else bool(tl["rank_allowed"][r][i]),
+                    reason=verdict or None,
+                )
+            )
+        steps.append(_normalise(step))
+    return steps
+
+
+# -- the comparison ---------------------------------------------------------------------
+def counts(steps: Sequence[Step]) -> dict[str, int]:
+    c = Counter(step_kind(s) for s in steps)
+    return {k: c.get(k, 0) for k in ("extend", "decode", "mixed", "none")} | {"steps": len(steps)}
+
+
+def why_mixed(steps: Sequence[Step]) -> Counter[str]:
+    """Per DP-mixed step: ``extending labels | decoding labels`` (sorted, so rank order does not matter)."""
+    out: Counter[str] = Counter()
+    for s in steps:
+        if step_kind(s) != "mixed":
+            continue
+        ext = sorted(label(p) for p in s if p.kind == "extend")
+        rest = sorted(label(p) for p in s if p.kind != "extend")
+        out[f"{' '.join(ext)} | {' '.join(rest)}"] += 1
+    return out
+
+
+def _seen(p: RankPass) -> tuple[int, int, bool]:
+    return (p.waiting, p.running, p.chunked is not None)
+
+
+def first_divergence(
+    server: Sequence[Step], twin: Sequence[Step], window: int = 3
+) -> dict[str, Any]:
+    """The first step whose per-rank kinds differ (index-aligned from the first pass), and the
+    first whose ranks saw different states; with both sides' steps around the former."""
+    n = min(len(server), len(twin))
+    first_kind = next((i for i in range(n) if signature(server[i]) != signature(twin[i])), None)
+    first_state = next(
+        (i for i in range(n) if [_seen(p) for p in server[i]] != [_seen(p) for p in twin[i]]),
+        None,
+    )
+    out: dict[str, Any] = {"first_kind_step": first_kind, "first_state_step": first_state}
+    if first_kind is None:
+        out["verdict"] = (
+            "no divergence: every step ran the same kind on every rank"
+            if len(server) == len(twin)
+            else f"no divergence in the first {n} steps; one side has {abs(len(server) - len(twin))} more"
+        )
+        return out
+    same_state = first_state is None or first_state > first_kind
+    out["decision"] = same_state
+    out["verdict"] = (
+        f"step {first_kind}: the ranks saw the same state and chose differently (a decision)"
+        if same_state
+        else f"step {first_kind}: the inputs had parted first, at step {first_state} (a state the "
+        "ranks saw differed)"
+    )
+    at = first_state if not same_state and first_state is not None else first_kind
+    lo, hi = max(0, at - window), min(n, first_kind + window + 1)
+    out["window"] = [
+        {
+            "step": i,
+            "server": [p.brief() for p in server[i]],
+            "twin": [p.brief() for p in twin[i]],
+        }
+        for i in range(lo, hi)
+    ]
+    return out
+
+
+def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
+    """Align the two step sequences by their per-rank kinds; where they differ, count by label
+    which rank did what on each side (``server label → twin label``, per rank, in stretches
+    of equal length), and the step kinds one side had where the other had others."""
+    a = [signature(s) for s in server]
+    b = [signature(s) for s in twin]
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    pairs: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    unmatched_server: Counter[str] = Counter()
+    unmatched_twin: Counter[str] = Counter()
+    matched = 0
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            matched += i2 - i1
+            continue
+        for s in server[i1:i2]:
+            unmatched_server[step_kind(s)] += 1
+        for t in twin[j1:j2]:
+            unmatched_twin[step_kind(t)] += 1
+        if op == "replace" and i2 - i1 == j2 - j1:
+            for s, t in zip(server[i1:i2], twin[j1:j2], strict=True):
+                kinds[f"{step_kind(s)} → {step_kind(t)}"] += 1
+                for ps, pt in zip(s, t, strict=True):
+                    if ps.kind != pt.kind:
+                        pairs[f"{label(ps)} → {label(pt)}"] += 1
+    return {
+        "matched_steps": matched,
+        "server_steps": len(server),
+        "twin_steps": len(twin),
+        "unmatched_server": dict(unmatched_server),
+        "unmatched_twin": dict(unmatched_twin),
+        "step_kind_pairs": dict(kinds.most_common()),
+        "rank_label_pairs": dict(pairs.most_common()),
+    }
+
+
+def compare(server: Sequence[Step], twin: Sequence[Step], top: int = 8) -> dict[str, Any]:
+    if not server or not twin:
+        raise DivergeError(
+            f"nothing to compare: {len(server)} server steps, {len(twin)} twin steps"
+        )
+    if len(server[0]) != len(twin[0]):
+        raise DivergeError(f"DP sizes differ: server {len(server[0])}, twin {len(twin[0])}")
+    ws, wt = why_mixed(server), why_mixed(twin)
+    keys = sorted(set(ws) | set(wt), key=lambda k: -(abs(ws[k] - wt[k])))
+    return {
+        "counts": {"server": counts(server), "twin": counts(twin)},
+        "why_mixed": [{"ranks": k, "server": ws[k], "twin": wt[k]} for k in keys[:top]],
+        "first_divergence": first_divergence(server, twin),
+        "departures": departures(server, twin),
+    }
+
+
+def render(report: dict[str, Any], top: int = 8) -> str:
+    """The report as text (80 columns where the labels allow)."""
+    lines = []
+    c = report["counts"]
+    lines.append("steps            server   twin")
+    for k in ("steps", "extend", "decode", "mixed", "none"):
+        lines.append(f"  {k:<14} {c['server'][k]:>6} {c['twin'][k]:>6}")
+    lines.append("")
+    lines.append("why mixed (extending ranks | the others), by |server − twin|:")
+    for row in report["why_mixed"][:top]:
+        lines.append(f"  {row['server']:>5} {row['twin']:>5}  {row['ranks']}")
+    fd = report["first_divergence"]
+    lines.append("")
+    lines.append(f"first divergence: {fd['verdict']}")
+    for w in fd.get("window", []):
+        lines.append(f"  step {w['step']}")
+        lines.append("    server: " + " ; ".join(w["server"]))
+        lines.append("    twin:   " + " ; ".join(w["twin"]))
+    d = report["departures"]
+    lines.append("")
+    lines.append(
+        f"aligned: {d['matched_steps']} steps match ({d['server_steps']} server, {d['twin_steps']} twin); "
+        f"unmatched server {d['unmatched_server']}, twin {d['unmatched_twin']}"
+    )
+    lines.append("where a rank's kind differs (server label → twin label):")
+    for k, v in list(d["rank_label_pairs"].items())[:top]:
+        lines.append(f"  {v:>5}  {k}")
+    lines.append("step kinds there (server → twin):")
+    for k, v in list(d["step_kind_pairs"].items())[:top]:
+        lines.append(f"  {v:>5}  {k}")
+    return "\n".join(lines)
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DivergeError(f"{path}: cannot read it as a run result ({exc})") from exc
+
+
+def replay_twin(server_path: Path, out: Path, *, twin_args: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the twin on the server run's own arrivals and idle-pass time, timeline on."""
+    from dpbench.server.fidelity import Inputs, run_twin, server_idle_pass_ms
+    from dpbench.server.run import release_python
+
+    server = load(server_path)
+    extra = server.get("extra", {})
+    cfg = extra.get("server_config", {})
+    release = server.get("sglang", {}).get("version")
+    spec = server.get("workload", {}).get("name")
+    if not release or not spec or not cfg:
+        raise DivergeError(
+            f"{server_path}: not a server run result (no sglang, workload or config)"
+        )
+    inp = Inputs(
+        spec=spec,
+        dp=int(cfg["dp_size"]),
+        release=release,
+        chunked_prefill_size=int(cfg["chunked_prefill_size"]),
+        delayer=bool(cfg["delayer"]["enabled"]),
+    )
+    idle = server_idle_pass_ms(server, inp.dp)
+    flags = list(twin_args)
+    passes = cfg["delayer"].get("max_delay_passes")
+    if passes is not None:  # the server's own setting, not SGLang's default
+        flags += ["--prefill-delayer-max-delay-passes", str(passes)]
+    return run_twin(
+        inp,
+        out,
+        release_python(release),
+        replay=server_path,
+        idle_pass_ms=None if math.isnan(idle) else idle,
+        timeline=True,
+        extra_args=flags,
+    )
