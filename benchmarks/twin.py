@@ -100,7 +100,7 @@ class TwinHighKV:
     )
     param_names: ClassVar[list[str]] = ["spec", "dp_size", "chunked_prefill", "delayer"]
     timeout = 3600
-    version = "twin-high-kv-2"
+    version = "twin-high-kv-3"  # 3: batch_is_full reset after an extend with the chunked request
 
     def setup_cache(self) -> dict[str, Any]:
         try:
@@ -221,7 +221,7 @@ class TwinOnServerScenario(TwinHighKV):
     )
     param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
     timeout = 1800
-    version = "twin-on-server-scenario-1"
+    version = "twin-on-server-scenario-2"  # 2: batch_is_full reset after a chunk (as SGLang)
 
     def setup_cache(self) -> dict[str, Any]:
         from dpbench.twin.config import build_config
@@ -283,7 +283,7 @@ class TwinScale:
     params: ClassVar[list[list[str]]] = [list(get_args(RankMode))]
     param_names: ClassVar[list[str]] = ["rank_mode"]
     timeout = 1800
-    version = "twin-scale-2"
+    version = "twin-scale-3"  # 3: batch_is_full reset after a chunk (as SGLang)
 
     def setup_cache(self) -> dict[str, Any]:
         try:

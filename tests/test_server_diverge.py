@@ -45,6 +45,8 @@ def test_identical_sequences_report_no_divergence():
     assert rep["first_divergence"]["first_kind_step"] is None
     assert rep["first_divergence"]["verdict"].startswith("no divergence")
     assert rep["departures"]["rank_label_pairs"] == {}
+    assert rep["departures"]["decision_pairs"] == {}
+    assert rep["departures"]["first_decision"] is None
     assert rep["departures"]["matched_steps"] == 3
     assert rep["counts"]["server"] == rep["counts"]["twin"]
 
@@ -59,6 +61,9 @@ def test_a_decision_divergence_is_found_at_its_step_with_both_states():
     assert any(w["step"] == 2 for w in fd["window"])
     assert rep["departures"]["rank_label_pairs"] == {"decode:false-report → extend:new": 1}
     assert rep["departures"]["step_kind_pairs"] == {"mixed → extend": 1}
+    # both ranks had requests waiting and running on both sides: a decision, not an input
+    assert rep["departures"]["decision_pairs"] == {"decode:false-report → extend:new": 1}
+    assert rep["departures"]["first_decision"]["server_step"] == 2
     assert rep["why_mixed"][0] == {
         "ranks": "extend:new | decode:false-report",
         "server": 1,

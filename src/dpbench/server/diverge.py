@@ -259,6 +259,11 @@ def _seen(p: RankPass) -> tuple[int, int, bool]:
     return (p.waiting, p.running, p.chunked is not None)
 
 
+def _coarse(p: RankPass) -> tuple[bool, bool, bool]:
+    """What decides a rank's kind of forward, qualitatively: requests waiting, running, a chunk."""
+    return (p.waiting > 0, p.running > 0, p.chunked is not None)
+
+
 def first_divergence(
     server: Sequence[Step], twin: Sequence[Step], window: int = 3
 ) -> dict[str, Any]:
@@ -307,6 +312,8 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
     b = [signature(s) for s in twin]
     matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
     pairs: Counter[str] = Counter()
+    decisions: Counter[str] = Counter()
+    first_decision: dict[str, Any] | None = None
     kinds: Counter[str] = Counter()
     unmatched_server: Counter[str] = Counter()
     unmatched_twin: Counter[str] = Counter()
@@ -320,11 +327,23 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
         for t in twin[j1:j2]:
             unmatched_twin[step_kind(t)] += 1
         if op == "replace" and i2 - i1 == j2 - j1:
-            for s, t in zip(server[i1:i2], twin[j1:j2], strict=True):
+            for k, (s, t) in enumerate(zip(server[i1:i2], twin[j1:j2], strict=True)):
                 kinds[f"{step_kind(s)} → {step_kind(t)}"] += 1
                 for ps, pt in zip(s, t, strict=True):
                     if ps.kind != pt.kind:
                         pairs[f"{label(ps)} → {label(pt)}"] += 1
+                # a decision: every rank saw the same kind of state, yet some ran another forward
+                if [_coarse(p) for p in s] == [_coarse(p) for p in t]:
+                    for ps, pt in zip(s, t, strict=True):
+                        if ps.kind != pt.kind:
+                            decisions[f"{label(ps)} → {label(pt)}"] += 1
+                    if first_decision is None:
+                        first_decision = {
+                            "server_step": i1 + k,
+                            "twin_step": j1 + k,
+                            "server": [p.brief() for p in s],
+                            "twin": [p.brief() for p in t],
+                        }
     return {
         "matched_steps": matched,
         "server_steps": len(server),
@@ -333,6 +352,10 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
         "unmatched_twin": dict(unmatched_twin),
         "step_kind_pairs": dict(kinds.most_common()),
         "rank_label_pairs": dict(pairs.most_common()),
+        # aligned steps where each rank saw the same kind of state (requests waiting, running,
+        # a chunk in flight) on both sides and some rank still ran another kind of forward
+        "decision_pairs": dict(decisions.most_common()),
+        "first_decision": first_decision,
     }
 
 
@@ -383,6 +406,18 @@ def render(report: dict[str, Any], top: int = 8) -> str:
     lines.append("step kinds there (server → twin):")
     for k, v in list(d["step_kind_pairs"].items())[:top]:
         lines.append(f"  {v:>5}  {k}")
+    lines.append("decisions (same kind of state on every rank, another forward), by label:")
+    for k, v in list(d["decision_pairs"].items())[:top]:
+        lines.append(f"  {v:>5}  {k}")
+    fd2 = d["first_decision"]
+    if fd2 is None:
+        lines.append("  none: every departure followed a difference in what the ranks saw")
+    else:
+        lines.append(
+            f"first decision: server step {fd2['server_step']}, twin step {fd2['twin_step']}"
+        )
+        lines.append("    server: " + " ; ".join(fd2["server"]))
+        lines.append("    twin:   " + " ; ".join(fd2["twin"]))
     return "\n".join(lines)
 
 
