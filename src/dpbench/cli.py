@@ -7,6 +7,7 @@ import importlib
 import typer
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     name="dpbench",
     help="Where SGLang's PrefillDelayer negotiation sits, and what it does to DP-attention serving.",
     no_args_is_help=True,

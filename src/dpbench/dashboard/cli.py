@@ -15,6 +15,7 @@ from rich.markup import escape
 from dpbench.paths import project_root
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     help="The published dashboard: per-commit placement history and commit comparison.",
     no_args_is_help=True,
 )

@@ -13,6 +13,7 @@ from dpbench.envs.venv import EnvError, ensure_env, env_path
 from dpbench.paths import cache_dir
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     help="Per-release SGLang environments (SGLang --no-deps + CPU pins + shared torch).",
     no_args_is_help=True,
 )

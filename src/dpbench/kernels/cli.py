@@ -32,6 +32,7 @@ from dpbench.progress import console, interactive, progress
 from dpbench.sglang_compat.source import sglang_installed
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     help="Time SGLang's Triton MLA attention (decode, extend, mixed) and write the twin's calibration.",
     no_args_is_help=True,
     add_completion=False,

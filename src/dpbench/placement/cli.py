@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     help="Where PrefillAdder negotiates with the PrefillDelayer, relative to its KV-budget gates.",
     no_args_is_help=True,
 )

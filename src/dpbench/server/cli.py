@@ -22,6 +22,7 @@ from dpbench.server.stats import Slo
 BENCH_SERVING_RELEASE = "0.5.23"
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     help="Server tier: a real sglang.launch_server in DP-attention mode, driven by a workload trace.",
     no_args_is_help=True,
 )

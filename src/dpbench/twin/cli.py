@@ -16,6 +16,7 @@ import typer
 from dpbench.twin.config import BATCH_IS_FULL_RULES
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     help="Scheduler twin: SGLang's real PrefillAdder and PrefillDelayer on N DP ranks joined by gloo, on CPU.",
     no_args_is_help=True,
 )

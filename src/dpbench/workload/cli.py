@@ -42,6 +42,7 @@ from dpbench.workload.trace import (
 )
 
 app = typer.Typer(
+    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
     help="Workload specs (YAML), deterministic request traces (JSONL) and the KV planner.",
     no_args_is_help=True,
 )
