@@ -147,3 +147,13 @@ def test_server_steps_need_pass_records(tmp_path):
     got = dv.server_steps(run)
     assert [dv.signature(s) for s in got] == ["EI"]  # rank 1 wrote nothing: an IDLE forward
     assert got[0][0].admitted == ("a",)
+
+
+def test_no_forward_and_an_idle_batch_are_the_same_for_a_rank():
+    """A rank without a forward of its own (SGLang's IDLE batch beside others, or a pass with no
+    forward anywhere) did the same thing on both sides; only the other rank's decode differs."""
+    none = _p("none", running=0)
+    server = [(EXT, DEC), (none, none), (DEC, EXT)]
+    twin = [(EXT, DEC), (_p("idle", running=0), DEC), (DEC, EXT)]
+    d = dv.departures(server, twin)
+    assert d["rank_label_pairs"] == {"idle:empty → decode:empty": 1}

@@ -255,6 +255,11 @@ def why_mixed(steps: Sequence[Step]) -> Counter[str]:
     return out
 
 
+def _forward(p: RankPass) -> str:
+    """A rank's own forward: extend, decode, or none (an IDLE batch beside others, or no step)."""
+    return p.kind if p.kind in ("extend", "decode") else "none"
+
+
 def _seen(p: RankPass) -> tuple[int, int, bool]:
     return (p.waiting, p.running, p.chunked is not None)
 
@@ -330,14 +335,18 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
             for k, (s, t) in enumerate(zip(server[i1:i2], twin[j1:j2], strict=True)):
                 kinds[f"{step_kind(s)} → {step_kind(t)}"] += 1
                 for ps, pt in zip(s, t, strict=True):
-                    if ps.kind != pt.kind:
+                    if _forward(ps) != _forward(pt):
                         pairs[f"{label(ps)} → {label(pt)}"] += 1
                 # a decision: every rank saw the same kind of state, yet some ran another forward
                 if [_coarse(p) for p in s] == [_coarse(p) for p in t]:
-                    for ps, pt in zip(s, t, strict=True):
-                        if ps.kind != pt.kind:
-                            decisions[f"{label(ps)} → {label(pt)}"] += 1
-                    if first_decision is None:
+                    differ = [
+                        (ps, pt)
+                        for ps, pt in zip(s, t, strict=True)
+                        if _forward(ps) != _forward(pt)
+                    ]
+                    for ps, pt in differ:
+                        decisions[f"{label(ps)} → {label(pt)}"] += 1
+                    if differ and first_decision is None:
                         first_decision = {
                             "server_step": i1 + k,
                             "twin_step": j1 + k,
