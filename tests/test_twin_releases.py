@@ -260,8 +260,8 @@ def test_a_rank_mid_chunk_offers_its_queue_every_pass_as_sglang_does(release_env
     """SGLang merges the last extend batch without the chunked request in flight; the batch
     shrank, so ``batch_is_full`` is reset and a rank mid-chunk offers its waiting requests to
     ``add_one_req`` every pass. On 0.5.16 (negotiation first) it then always tells the delayer
-    "prefillable", as the real server's pass records show on long-prompt-burst (2,807 of
-    2,807 such passes). The arm ``--no-chunk-merge-reset`` (the twin before the fix) kept
+    "prefillable", as the real server's pass records show on long-prompt-burst (3,873 of
+    3,873 rank-passes, 0.5.16, DP 4). The arm ``--no-chunk-merge-reset`` (the twin before the fix) kept
     the flag and had such ranks report "not prefillable"."""
     env = release_env("0.5.16")
     base = ["--dp", "2", "--requests", "60", "--rank-mode", "threads"]
