@@ -371,9 +371,46 @@ def test_batch_is_full_rules_are_the_compat_layers_names():
     assert "--batch-is-full-rule" not in module_args(build_config())
 
 
+def test_finished_filter_rule_is_read_off_get_next_batch_to_run():
+    """0.5.23 drops finished requests from the running batch at every pass; 0.5.16/0.5.17 only in
+    update_running_batch, at the rank's next decode pass (source shapes as in those wheels)."""
+    from dpbench.sglang_compat import scheduling
+    from dpbench.twin.config import FINISHED_FILTER_RULES
+
+    every = (
+        "def update_running_batch(self, batch):\n    pass\n"
+        "def get_next_batch_to_run(self):\n"
+        "        running_bs = running_batch.batch_size()\n"
+        "        running_batch.filter_batch()\n"
+        "        if running_batch.batch_size() < running_bs:\n"
+        "            running_batch.batch_is_full = False\n"
+    )
+    at_decode = (
+        "def update_running_batch(self, batch):\n    batch.filter_batch()\n"
+        "def get_next_batch_to_run(self):\n"
+        "        if running_batch.is_prefill_only:\n"
+        "            running_batch.filter_batch()\n"
+        "            if running_batch.is_empty():\n"
+    )
+    assert scheduling.finished_filter_rule(every) == scheduling.FINISHED_FILTER_EVERY_PASS
+    assert scheduling.finished_filter_rule(at_decode) == scheduling.FINISHED_FILTER_AT_DECODE
+    with pytest.raises(scheduling.UnsupportedSGLang, match="update_running_batch"):
+        scheduling.finished_filter_rule("def get_next_batch_to_run(self): pass")
+    assert set(FINISHED_FILTER_RULES) == {
+        scheduling.FINISHED_FILTER_EVERY_PASS,
+        scheduling.FINISHED_FILTER_AT_DECODE,
+    }
+    args = module_args(build_config(finished_filter_rule="every_pass"))
+    assert args[args.index("--finished-filter-rule") + 1] == "every_pass"
+    with pytest.raises(TwinConfigError, match="finished_filter_rule must be one of"):
+        SchedulerSettings(finished_filter_rule="never")
+
+
 @pytest.mark.parametrize(
     "arm, flags",
     [
+        ("0.5.16:finished-filter=every_pass", ["--finished-filter-rule", "every_pass"]),
+        ("0.5.16:no-chunk-reset", ["--no-chunk-merge-reset"]),
         ("0.5.16:batch-is-full=if_admitted_or_running",
          ["--batch-is-full-rule", "if_admitted_or_running"]),
         ("0.5.17:ablation,no-overlap",

@@ -51,6 +51,12 @@ from dpbench.sglang_compat.detect import UnsupportedSGLang
 
 BATCH_IS_FULL_ALWAYS = "always"
 BATCH_IS_FULL_IF_ADMITTED_OR_RUNNING = "if_admitted_or_running"
+# When a finished request leaves the running batch (its KV is freed earlier, when its result
+# is processed): at the start of every pass (0.5.23), or only at the rank's next decode pass,
+# in update_running_batch's filter_batch (0.5.16, 0.5.17: a rank that keeps extending keeps
+# counting it, and its batch_is_full is reset only then, after that pass's prefill attempt).
+FINISHED_FILTER_EVERY_PASS = "every_pass"
+FINISHED_FILTER_AT_DECODE = "at_decode"
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class SchedulerDefaults:
     new_token_ratio_decay: float
     retract_decode_steps: int
     batch_is_full_on_no_token: str
+    finished_filter: str
     overlap_schedule_default: bool
     radix_cache_default: bool
     sources: dict[str, str]
@@ -114,6 +121,25 @@ def batch_is_full_rule(source: str | None = None) -> str:
     raise UnsupportedSGLang(
         f"scheduler.py sets batch_is_full on NO_TOKEN as {first!r}; not a known rule"
     )
+
+
+_EVERY_PASS_FILTER_RE = re.compile(
+    r"running_bs = running_batch\.batch_size\(\)\s*\n\s*running_batch\.filter_batch\(\)\s*\n"
+    r"\s*if running_batch\.batch_size\(\) < running_bs:"
+)
+
+
+def finished_filter_rule(source: str | None = None) -> str:
+    """When the installed scheduler drops finished requests from the running batch
+    (``FINISHED_FILTER_*``), read from ``get_next_batch_to_run``'s source."""
+    text = _scheduler_source() if source is None else source
+    if "def update_running_batch" not in text:
+        raise UnsupportedSGLang(
+            "scheduler.py has no update_running_batch; cannot tell when it drops finished requests"
+        )
+    if _EVERY_PASS_FILTER_RE.search(text):
+        return FINISHED_FILTER_EVERY_PASS
+    return FINISHED_FILTER_AT_DECODE
 
 
 def _apply_dp_handler(args: Any) -> str:
@@ -212,6 +238,7 @@ def resolve_scheduler_defaults(
         new_token_ratio_decay=decay,
         retract_decode_steps=int(envs.SGLANG_RETRACT_DECODE_STEPS.get()),
         batch_is_full_on_no_token=batch_is_full_rule(),
+        finished_filter=finished_filter_rule(),
         overlap_schedule_default=not bool(resolved.disable_overlap_schedule),
         radix_cache_default=not bool(resolved.disable_radix_cache),
         sources={
@@ -219,6 +246,7 @@ def resolve_scheduler_defaults(
             "per_rank_chunked_prefill_size": source,
             "new_token_ratio": tracker_source,
             "batch_is_full_on_no_token": "scheduler.py source",
+            "finished_filter": "scheduler.py source (get_next_batch_to_run)",
             "overlap_schedule_default": "ServerArgs.disable_overlap_schedule default",
             "radix_cache_default": "ServerArgs.disable_radix_cache default",
         },

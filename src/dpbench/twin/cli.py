@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dpbench.twin.config import BATCH_IS_FULL_RULES
+from dpbench.twin.config import BATCH_IS_FULL_RULES, FINISHED_FILTER_RULES
 
 app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: full option names at 80 columns
@@ -231,6 +231,10 @@ def run(
         str | None,
         typer.Option(help="NO_TOKEN → batch_is_full: always or if_admitted_or_running"),
     ] = None,
+    finished_filter_rule: Annotated[
+        str | None,
+        typer.Option(help="a finished request leaves the running batch: every_pass or at_decode"),
+    ] = None,
     chunk_merge_reset: Annotated[
         bool,
         typer.Option(
@@ -277,6 +281,7 @@ def run(
             hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
             batch_is_full_rule=batch_is_full_rule,
             chunk_merge_resets_batch_is_full=chunk_merge_reset,
+            finished_filter_rule=finished_filter_rule,
             replay_arrivals=str(replay_arrivals) if replay_arrivals is not None else None,
             idle_pass_s=idle_pass_ms / 1e3 if idle_pass_ms is not None else None,
             deadline=deadline,
@@ -358,7 +363,10 @@ ARM_MODES = {
     "physical": ["--cost-topology", "physical"],
 }
 ARM_VALUE_MODES = {"conservativeness": "--schedule-conservativeness"}
-ARM_CHOICE_MODES = {"batch-is-full": ("--batch-is-full-rule", BATCH_IS_FULL_RULES)}
+ARM_CHOICE_MODES = {
+    "batch-is-full": ("--batch-is-full-rule", BATCH_IS_FULL_RULES),
+    "finished-filter": ("--finished-filter-rule", FINISHED_FILTER_RULES),
+}
 
 
 def arm_flags(arm: str) -> tuple[str, list[str]]:

@@ -16,6 +16,9 @@ STEP_EXCHANGES: tuple[str, ...] = get_args(StepExchange)
 # sglang_compat.scheduling's names for the NO_TOKEN → batch_is_full rules (kept equal, tested)
 BatchIsFullRule = Literal["always", "if_admitted_or_running"]
 BATCH_IS_FULL_RULES: tuple[str, ...] = get_args(BatchIsFullRule)
+# ... and for when a finished request leaves the running batch
+FinishedFilterRule = Literal["every_pass", "at_decode"]
+FINISHED_FILTER_RULES: tuple[str, ...] = get_args(FinishedFilterRule)
 MAX_DP_SIZE = 16
 
 
@@ -75,6 +78,14 @@ class SchedulerSettings:
             "'if_admitted_or_running' (0.5.23); None: the release's own rule"
         },
     )
+    finished_filter_rule: str | None = field(
+        default=None,
+        metadata={
+            "help": "when a finished request leaves the running batch (and resets batch_is_full): "
+            "'every_pass' (0.5.23) or 'at_decode', at the rank's next decode pass (0.5.16/0.5.17); "
+            "None: the release's own rule"
+        },
+    )
     chunk_merge_resets_batch_is_full: bool = field(
         default=True,
         metadata={
@@ -110,6 +121,11 @@ class SchedulerSettings:
             raise TwinConfigError(
                 f"batch_is_full_rule must be one of {BATCH_IS_FULL_RULES} or None, "
                 f"got {self.batch_is_full_rule!r}"
+            )
+        if self.finished_filter_rule not in (None, *FINISHED_FILTER_RULES):
+            raise TwinConfigError(
+                f"finished_filter_rule must be one of {FINISHED_FILTER_RULES} or None, "
+                f"got {self.finished_filter_rule!r}"
             )
         sc = self.schedule_conservativeness
         if sc is not None and not sc >= 0:
@@ -265,6 +281,7 @@ def build_config(
     idle_pass_s: float | None = None,
     prefill_delayer_max_delay_passes: int | None = None,
     chunk_merge_resets_batch_is_full: bool = True,
+    finished_filter_rule: str | None = None,
 ) -> TwinConfig:
     """The one way the CLI (``dpbench twin``) and ``python -m dpbench.twin.run`` turn flags into a config."""
     if hide_delayer_from_chunked_req and not delayer:
@@ -285,6 +302,7 @@ def build_config(
             hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
             batch_is_full_rule=batch_is_full_rule,
             chunk_merge_resets_batch_is_full=chunk_merge_resets_batch_is_full,
+            finished_filter_rule=finished_filter_rule,
             **(
                 {"prefill_delayer_max_delay_passes": prefill_delayer_max_delay_passes}
                 if prefill_delayer_max_delay_passes is not None
@@ -332,6 +350,8 @@ def module_args(config: TwinConfig) -> list[str]:
         out.append("--hide-delayer-from-chunked-req")
     if not s.chunk_merge_resets_batch_is_full:
         out.append("--no-chunk-merge-reset")
+    if s.finished_filter_rule is not None:
+        out += ["--finished-filter-rule", s.finished_filter_rule]
     if not config.record_timeline:
         out.append("--no-timeline")
     return out

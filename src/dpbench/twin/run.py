@@ -28,6 +28,7 @@ from dpbench.twin.config import (
     BATCH_IS_FULL_RULES,
     COST_TOPOLOGIES,
     DISPATCHES,
+    FINISHED_FILTER_RULES,
     RANK_MODES,
     STEP_EXCHANGES,
     TwinConfig,
@@ -73,6 +74,12 @@ def prepare_release(config: TwinConfig) -> tuple[Any, dict[str, Any], SchedulerD
             defaults,
             batch_is_full_on_no_token=s.batch_is_full_rule,
             sources={**defaults.sources, "batch_is_full_on_no_token": "--batch-is-full-rule"},
+        )
+    if s.finished_filter_rule is not None:
+        defaults = dataclasses.replace(
+            defaults,
+            finished_filter=s.finished_filter_rule,
+            sources={**defaults.sources, "finished_filter": "--finished-filter-rule"},
         )
     if s.enable_prefill_delayer and delayer_needs_runtime_context():
         compat.publish_runtime_context(
@@ -337,6 +344,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--hide-delayer-from-chunked-req", action="store_true", help="ablation arm")
     p.add_argument(
+        "--finished-filter-rule",
+        choices=FINISHED_FILTER_RULES,
+        default=None,
+        help="when a finished request leaves the running batch (default: the release's rule)",
+    )
+    p.add_argument(
         "--no-chunk-merge-reset",
         action="store_true",
         help="fidelity arm: keep batch_is_full across the merge of a batch with the chunked request",
@@ -393,6 +406,7 @@ def config_from_args(args: argparse.Namespace) -> TwinConfig:
         idle_pass_s=args.idle_pass_s,
         prefill_delayer_max_delay_passes=args.prefill_delayer_max_delay_passes,
         chunk_merge_resets_batch_is_full=not args.no_chunk_merge_reset,
+        finished_filter_rule=args.finished_filter_rule,
         deadline=args.deadline,
         step_exchange=args.step_exchange,
         rank_mode=args.rank_mode,

@@ -39,6 +39,7 @@ from dpbench.sglang_compat.delayer import (
 )
 from dpbench.sglang_compat.scheduling import (
     BATCH_IS_FULL_ALWAYS,
+    FINISHED_FILTER_AT_DECODE,
     SchedulerDefaults,
     hide_delayer_from_chunked_req,
 )
@@ -142,6 +143,10 @@ class RankScheduler:
         self.batch_is_full = False
         # the last forward was an extend whose batch held the chunked request still in flight
         self.chunk_in_last_extend = False
+        # 0.5.16/0.5.17: finished requests (KV already freed) stay in the running batch until
+        # this rank's next decode pass filters them out (update_running_batch)
+        self.filter_at_decode = defaults.finished_filter == FINISHED_FILTER_AT_DECODE
+        self.finished_in_running: set[int] = set()  # id() of such TrackedReqs
         # SGLang's NewTokenRatioTracker as the release builds it (conservativeness ×0.3 under DP attention).
         self.ratio_init = defaults.init_new_token_ratio
         self.ratio_min = defaults.min_new_token_ratio
@@ -319,8 +324,19 @@ class RankScheduler:
             new_chunked = self._by_req[id(adder.new_chunked_req)]
         return batch, new_chunked
 
+    def _filter_finished(self) -> None:
+        """``update_running_batch``'s ``filter_batch()``: finished requests leave; a batch that
+        shrank (or emptied) resets ``batch_is_full``."""
+        if not self.finished_in_running:
+            return
+        gone = self.finished_in_running
+        self.running = [t for t in self.running if id(t) not in gone]
+        self.finished_in_running = set()
+        self.batch_is_full = False
+
     def _make_room_for_decode(self) -> int:
         """SGLang's ``update_running_batch``: retract until the next decode fits, else decay the ratio."""
+        self._filter_finished()
         if not self.running:
             return 0
         if self._decode_fits(len(self.running)):
@@ -423,12 +439,15 @@ class RankScheduler:
         for t, n in cache:
             self._cache_unfinished(t, n)
         if release:
-            done = {id(t) for t in release}
-            self.running = [t for t in self.running if id(t) not in done]
-            for t in release:
+            for t in release:  # its result is processed: KV back to the pool / tree
                 self._release(t, finished=True)
                 del self._by_req[id(t.req)]
-            self.batch_is_full = False
+            if self.filter_at_decode:
+                self.finished_in_running |= {id(t) for t in release}
+            else:  # 0.5.23: get_next_batch_to_run filters them before the next pass
+                done = {id(t) for t in release}
+                self.running = [t for t in self.running if id(t) not in done]
+                self.batch_is_full = False
         if not self.has_work:
             self.new_token_ratio = self.ratio_init
         return Completed(first_token=first, finished=finished)

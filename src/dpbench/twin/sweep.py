@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.twin.config import BATCH_IS_FULL_RULES
+from dpbench.twin.config import BATCH_IS_FULL_RULES, FINISHED_FILTER_RULES
 from dpbench.twin.stats import bimodality, multimodal, paired
 
 WALL_METRICS = frozenset({"passes_per_s", "scheduler_pass_us_p50", "pass_wall_over_rank_work"})
@@ -46,6 +46,7 @@ def sweep_release(
     cost_topology: str = "per-rank-gpu",
     batch_is_full_rule: str | None = None,
     chunk_merge_resets_batch_is_full: bool = True,
+    finished_filter_rule: str | None = None,
     on_run: Any = None,
 ) -> dict[str, Any]:
     from dpbench.twin.config import build_config
@@ -65,6 +66,7 @@ def sweep_release(
                 cost_topology=cost_topology,
                 batch_is_full_rule=batch_is_full_rule,
                 chunk_merge_resets_batch_is_full=chunk_merge_resets_batch_is_full,
+                finished_filter_rule=finished_filter_rule,
                 rank_mode="threads",
                 timeline=False,
                 deadline=3600,
@@ -106,6 +108,7 @@ def sweep_release(
             "cost_topology": cost_topology,
             "batch_is_full_rule": batch_is_full_rule,
             "chunk_merge_resets_batch_is_full": chunk_merge_resets_batch_is_full,
+            "finished_filter_rule": finished_filter_rule,
         },
         "runs": runs,
     }
@@ -165,6 +168,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=None)
     p.add_argument("--hide-delayer-from-chunked-req", action="store_true")
     p.add_argument("--no-chunk-merge-reset", action="store_true")
+    p.add_argument("--finished-filter-rule", choices=FINISHED_FILTER_RULES, default=None)
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--schedule-conservativeness", type=float, default=None)
@@ -190,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         requests=args.requests,
         hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
         chunk_merge_resets_batch_is_full=not args.no_chunk_merge_reset,
+        finished_filter_rule=args.finished_filter_rule,
         radix_cache=not args.disable_radix_cache,
         overlap_schedule=not args.disable_overlap_schedule,
         schedule_conservativeness=args.schedule_conservativeness,
