@@ -92,6 +92,8 @@ def test_a_truncated_last_line_is_dropped_and_steps_since_a_time(tmp_path):
     assert [len(r) for r in since(records, 1.5)] == [1, 0]
     with pytest.raises(StepRecordError, match="no complete steps"):
         summarise(since(records, 1.5))
+    with pytest.raises(StepRecordError, match=r"DP rank\(s\) 1 wrote fewer step records"):
+        summarise(records)  # rank 1 lost its last record: fail naming it, never truncate
 
 
 def test_a_missing_rank_file_is_named(tmp_path):

@@ -96,6 +96,12 @@ def summarise(records: list[list[dict[str, Any]]]) -> tuple[dict[str, Metric], d
     lengths = [len(r) for r in records]
     if n == 0:
         raise StepRecordError(f"no complete steps in the records (steps per rank: {lengths})")
+    if len(set(lengths)) > 1:  # DP ranks run one forward each per step: never truncate silently
+        short = [r for r, k in enumerate(lengths) if k < max(lengths)]
+        raise StepRecordError(
+            f"DP rank(s) {', '.join(map(str, short))} wrote fewer step records than the others "
+            f"(steps per rank: {lengths}); the ranks' steps do not line up"
+        )
     kinds = [[records[r][i]["kind"] for r in range(len(records))] for i in range(n)]
     step_kind = [_kind_step(k) for k in kinds]
     model_s = np.array([[records[r][i]["model_s"] for r in range(len(records))] for i in range(n)])
