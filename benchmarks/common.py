@@ -74,6 +74,17 @@ def metric(result: dict[str, Any], name: str) -> float:
         ) from None
 
 
+def delayer_metric(result: dict[str, Any], name: str, delayer: str) -> float:
+    """A metric only the delayer produces: NaN (not measured) with the delayer off; with it on a
+    missing one fails the benchmark naming it (a renamed counter must not read as "not measured")."""
+    if delayer == "off":
+        found = result.get("metrics", {}).get(name)
+        if found is not None:
+            raise KeyError(f"metric {name!r} present in a delayer-off run; it is the delayer's")
+        return float("nan")
+    return metric(result, name)
+
+
 def optional_metric(result: dict[str, Any], name: str) -> float:
     """A metric the run result may leave out because it was not measured: NaN (asv: no value) then.
 

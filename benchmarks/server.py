@@ -19,7 +19,14 @@ import os
 import sys
 from typing import Any, ClassVar, Literal, get_args
 
-from .common import FIDELITY_CHUNKED_PREFILL, metric, optional_metric, require_cuda, save_run
+from .common import (
+    FIDELITY_CHUNKED_PREFILL,
+    delayer_metric,
+    metric,
+    optional_metric,
+    require_cuda,
+    save_run,
+)
 
 Workload = Literal["long-prompt-burst", "balanced-baseline"]
 DpSize = Literal[2, 8]
@@ -144,7 +151,7 @@ class ServeThroughput:
 
     def track_delayer_delay_fraction(self, cache, workload, dp_size, delayer) -> float:
         # absent without delayer outcomes (delayer off): NaN, never 0
-        return optional_metric(self.result, "delayer_delay_fraction")
+        return delayer_metric(self.result, "delayer_delay_fraction", delayer)
 
     track_delayer_delay_fraction.unit = "fraction of outcomes"
 
@@ -349,10 +356,11 @@ class SimulatedRooflineServe:
         if "skip" in cache:
             raise NotImplementedError(cache["skip"])
         self.result = cache[_sim_key(spec, dp_size, delayer)]
+        self.delayer = delayer
 
     def _m(self, name: str) -> float:
         if name in SIM_DELAYER_ONLY:
-            return optional_metric(self.result, name)
+            return delayer_metric(self.result, name, self.delayer)
         return metric(self.result, name)
 
     def track_dp_mixed_step_fraction(self, cache, spec, dp_size, delayer) -> float:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, get_args
 from .common import (
     FIDELITY_CHUNKED_PREFILL,
     FIDELITY_SPEC,
+    delayer_metric,
     metric,
     require_sglang,
     save_run,
@@ -132,10 +133,14 @@ class TwinHighKV:
         if "skip" in cache:
             raise NotImplementedError(cache["skip"])
         self.runs = [cache[_key(spec, dp_size, chunked_prefill, delayer, s)] for s in SEEDS]
+        self.delayer = delayer
 
     def _m(self, name: str) -> Any:
-        if name in DELAYER_ONLY and any(name not in r["metrics"] for r in self.runs):
-            return float("nan")  # not measured (delayer off): absent, never 0
+        if name in DELAYER_ONLY:
+            values = [delayer_metric(r, name, self.delayer) for r in self.runs]
+            if self.delayer == "off":
+                return float("nan")  # not measured (delayer off): absent, never 0
+            return {"samples": [float(v) for v in values], "number": 1}
         return {"samples": [float(metric(r, name)) for r in self.runs], "number": 1}
 
     def track_dp_mixed_step_fraction(self, *p) -> Any:
@@ -255,10 +260,11 @@ class TwinOnServerScenario(TwinHighKV):
         if "skip" in cache:
             raise NotImplementedError(cache["skip"])
         self.result = cache[f"server-scenario-{spec}-dp{dp_size}-delayer_{delayer}"]
+        self.delayer = delayer
 
     def _m(self, name: str) -> Any:
-        if name not in self.result["metrics"]:
-            return float("nan")  # not measured (the delayer's, with it off): absent, never 0
+        if name in DELAYER_ONLY or name.startswith("delayer_"):
+            return delayer_metric(self.result, name, self.delayer)
         return metric(self.result, name)
 
     def track_delayer_delay_fraction(self, *p) -> float:
