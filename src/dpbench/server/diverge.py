@@ -446,10 +446,16 @@ def replay_twin(server_path: Path, out: Path, *, twin_args: Sequence[str] = ()) 
     extra = server.get("extra", {})
     cfg = extra.get("server_config", {})
     release = server.get("sglang", {}).get("version")
-    spec = server.get("workload", {}).get("name")
+    workload = server.get("workload", {})
+    spec = workload.get("spec") or workload.get("name")  # runs before 2026-12-02: a shipped name
     if not release or not spec or not cfg:
         raise DivergeError(
             f"{server_path}: not a server run result (no sglang, workload or config)"
+        )
+    if cfg.get("chunked_prefill_size") is None:
+        raise DivergeError(
+            f"{server_path}: the server ran with SGLang's default --chunked-prefill-size, which "
+            "the run does not record; run it with --chunked-prefill-size N to replay it"
         )
     inp = Inputs(
         spec=spec,
@@ -463,7 +469,7 @@ def replay_twin(server_path: Path, out: Path, *, twin_args: Sequence[str] = ()) 
     passes = cfg["delayer"].get("max_delay_passes")
     if passes is not None:  # the server's own setting, not SGLang's default
         flags += ["--prefill-delayer-max-delay-passes", str(passes)]
-    return run_twin(
+    twin = run_twin(
         inp,
         out,
         release_python(release),
@@ -472,3 +478,9 @@ def replay_twin(server_path: Path, out: Path, *, twin_args: Sequence[str] = ()) 
         timeline=True,
         extra_args=flags,
     )
+    if workload.get("hash") and twin.get("workload", {}).get("hash") != workload["hash"]:
+        raise DivergeError(
+            f"{server_path}: spec {spec!r} is not the one the server ran (its hash changed: "
+            f"{workload['hash']} then, {twin.get('workload', {}).get('hash')} now)"
+        )
+    return twin

@@ -506,7 +506,8 @@ def execute(
         placement=provenance.get("placement"),
         metrics=metrics,
         wall_time_s=time.monotonic() - t0,
-        workload={"name": prep.spec.name, "hash": prep.spec_hash},
+        # "spec": the name or path it was given, so a replay (the divergence finder) loads it
+        workload={"name": prep.spec.name, "hash": prep.spec_hash, "spec": opts.spec},
         notes=notes,
         extra=extra,
     )
