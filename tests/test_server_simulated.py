@@ -41,6 +41,7 @@ def _options(release: str, tmp: Path, **kw) -> RunOptions:
         # delays time out after one pass: a rank then prefills beside a decoding one, so the
         # trace shows all three step kinds with the delayer's counters moving
         delayer_max_delay_passes=1,
+        chunked_prefill_size=4096,  # SGLang's CPU default, given so a replay can use it
         **kw,
     )
 
@@ -269,11 +270,13 @@ def test_the_divergence_finder_on_a_real_run_and_an_injected_departure(sim_run, 
     forwards = sum(1 for s in server if dv.step_kind(s) != "none")
     assert forwards == result["metrics"]["steps_count"]["value"]
     assert rep["departures"]["rank_label_pairs"] == {}, rep["departures"]
-    # inject: the twin's rank 1 extends where it ran something else at its first such step
+    # inject: the twin's rank 1 extends at a step where both ranks decode, inside the run (an
+    # all-idle stretch at the start would let the alignment shift around the change)
     twin = dv.replay_twin(tmp / "run.json", tmp_path / "twin.json")
     base = dv.compare(server, dv.twin_steps(twin))
     tl = twin["extra"]["timeline"]
-    step = next(i for i, k in enumerate(tl["rank_kind"][1]) if k != 2)
+    kinds = list(zip(tl["rank_kind"][0], tl["rank_kind"][1], strict=True))
+    step = next(i for i in range(5, len(kinds) - 5) if kinds[i - 1 : i + 2] == [(1, 1)] * 3)
     tl["rank_kind"][1][step] = 2
     tl["rank_chunked"][1][step] = -1
     got = dv.compare(server, dv.twin_steps(twin))
