@@ -251,11 +251,12 @@ def test_pass_records_line_up_with_the_forwards(sim_run):
 
 def test_the_divergence_finder_on_a_real_run_and_an_injected_departure(sim_run, tmp_path):
     """``dpbench server diverge`` on this module's real run: the twin replaying it makes the
-    server's decisions (no rank runs another kind of forward on an aligned step); a departure
-    injected into the twin's records is found at its step, with the label pair."""
+    server's decisions (no rank runs another kind of forward on an aligned step; on 0.5.23 but
+    for the one departure the twin is known to have); a departure injected into the twin's
+    records is found at its step, with the label pair."""
     from dpbench.server import diverge as dv
 
-    _, tmp, _, result, _, _ = sim_run
+    release, tmp, _, result, _, _ = sim_run
     t0 = time.monotonic()
     proc = subprocess.run(
         [DPBENCH, "server", "diverge", str(tmp / "run.json"), "-o", str(tmp_path / "rep.json")],
@@ -269,7 +270,15 @@ def test_the_divergence_finder_on_a_real_run_and_an_injected_departure(sim_run, 
     assert rep["counts"]["server"]["steps"] == len(server)
     forwards = sum(1 for s in server if dv.step_kind(s) != "none")
     assert forwards == result["metrics"]["steps_count"]["value"]
-    assert rep["departures"]["rank_label_pairs"] == {}, rep["departures"]
+    pairs = rep["departures"]["rank_label_pairs"]
+    if release == "0.5.16":
+        assert pairs == {}, rep["departures"]  # the twin makes every decision the server made
+    else:
+        # 0.5.23's overlap loop skips the extra decode of a request its in-flight step finishes
+        # (enable_skip_finishing_decode); the twin still decodes it once more (docs/twin.md): a
+        # rank with only that request runs no forward on the server and decodes in the twin.
+        # The finder shows that departure, and no other one.
+        assert set(pairs) <= {"idle:empty → decode:empty"}, rep["departures"]
     # inject: the twin's rank 1 extends at a step where both ranks decode, inside the run (an
     # all-idle stretch at the start would let the alignment shift around the change)
     twin = dv.replay_twin(tmp / "run.json", tmp_path / "twin.json")
