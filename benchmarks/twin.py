@@ -67,16 +67,16 @@ def _run(
     seed: int | None = None,
     rank_mode: str = "threads",
 ) -> dict[str, Any]:
-    from dpbench.twin.config import build_config
+    from dpbench.twin.config import make_config
     from dpbench.twin.run import run_twin
 
-    config = build_config(
-        dp=dp,
-        delayer=delayer == "on",
+    config = make_config(
+        dp_size=dp,
+        enable_prefill_delayer=delayer == "on",
         chunked_prefill_size=chunk,
         rank_mode=rank_mode,
-        timeline=False,
-        deadline=900,
+        record_timeline=False,
+        deadline_s=900.0,
     )
     return run_twin(spec, config, num_requests=requests, seed=seed)
 
@@ -229,7 +229,7 @@ class TwinOnServerScenario(TwinHighKV):
     version = "twin-on-server-scenario-2"  # 2: batch_is_full reset after a chunk (as SGLang)
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench.twin.config import build_config
+        from dpbench.twin.config import make_config
         from dpbench.twin.run import run_twin
 
         try:
@@ -239,14 +239,14 @@ class TwinOnServerScenario(TwinHighKV):
         out: dict[str, Any] = {}
         for dp in get_args(FidelityDp):
             for delayer in get_args(DelayerMode):
-                config = build_config(
-                    dp=dp,
-                    tp=dp,
-                    delayer=delayer == "on",
+                config = make_config(
+                    dp_size=dp,
+                    tp_size=dp,
+                    enable_prefill_delayer=delayer == "on",
                     chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
                     rank_mode="threads",
-                    timeline=False,
-                    deadline=900,
+                    record_timeline=False,
+                    deadline_s=900.0,
                 )
                 result = run_twin(FIDELITY_SPEC, config)
                 key = f"server-scenario-{FIDELITY_SPEC}-dp{dp}-delayer_{delayer}"

@@ -41,7 +41,7 @@ def test_rows_hold_the_server_spread_and_the_paired_replay_difference():
 
 def test_repeats_must_be_positive():
     with pytest.raises(ValueError, match="repeats must be at least 1, got 0"):
-        Inputs("long-prompt-burst-small", 2, "0.5.23", repeats=0)
+        Inputs(spec="long-prompt-burst-small", dp=2, release="0.5.23", repeats=0)
 
 
 def test_the_paired_replay_difference_has_its_interval():
@@ -70,9 +70,17 @@ def test_the_servers_idle_pass_is_the_mean_after_the_first_trace_arrival(tmp_pat
 def test_run_files_of_a_delayer_off_setting_never_meet_the_delayer_on_ones():
     """Every input that changes a run is in its file name, so ``--no-delayer`` neither
     overwrites nor (with ``--reuse-server-runs``) reuses a delayer-on server run."""
-    on = Inputs("long-prompt-burst", 4, "0.5.16", 8192)
-    off = Inputs("long-prompt-burst", 4, "0.5.16", 8192, delayer=False)
-    serial = Inputs("long-prompt-burst", 4, "0.5.16", 8192, serial_forward=True)
+    on = Inputs(spec="long-prompt-burst", dp=4, release="0.5.16", chunked_prefill_size=8192)
+    off = Inputs(
+        spec="long-prompt-burst", dp=4, release="0.5.16", chunked_prefill_size=8192, delayer=False
+    )
+    serial = Inputs(
+        spec="long-prompt-burst",
+        dp=4,
+        release="0.5.16",
+        chunked_prefill_size=8192,
+        serial_forward=True,
+    )
     stems = {run_stem(on), run_stem(off), run_stem(serial)}
     assert len(stems) == 3
     assert run_stem(on) == "long-prompt-burst-dp4-chunk8192-sglang0.5.16"  # stored runs still found

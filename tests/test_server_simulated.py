@@ -190,12 +190,16 @@ def test_scheduler_arrivals_are_recorded_and_the_twin_replays_them(sim_run, tmp_
     assert all(arrivals[o.id][1] == o.dp_rank for o in outcomes)  # the rank SGLang reports
     assert result["metrics"]["pickup_ms_p50"]["value"] > 0
     out = tmp_path / "replay.json"
+    from dpbench.twin.config import make_config
+    from dpbench.twin.job import write_job
+
+    config = make_config(
+        dp_size=2, tp_size=2, replay_arrivals=str(tmp / "run.json"), rank_mode="threads",
+        record_timeline=False,
+    )  # fmt: skip
+    job = write_job(tmp_path / "job.json", SPEC, config)
     proc = subprocess.run(
-        [
-            release_python(release), "-m", "dpbench.twin.run", SPEC, "--dp", "2", "--tp", "2",
-            "--replay-arrivals", str(tmp / "run.json"), "--rank-mode", "threads",
-            "--no-timeline", "-o", str(out),
-        ],
+        [release_python(release), "-m", "dpbench.twin.run", str(job), "-o", str(out)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -212,7 +216,7 @@ def test_fidelity_reuses_a_stored_server_run_and_replays_its_arrivals(sim_run, t
     from dpbench.server import fidelity
 
     release, tmp, _, result, _, _ = sim_run
-    inp = fidelity.Inputs(SPEC, 2, release, 4096)
+    inp = fidelity.Inputs(spec=SPEC, dp=2, release=release, chunked_prefill_size=4096)
     stem = f"sim-smoke-dp2-chunk4096-sglang{release}"
     shutil.copy(tmp / "run.json", tmp_path / f"{stem}-server-r0.json")
     t0 = time.monotonic()

@@ -167,23 +167,14 @@ SPEC = "agentic-multiturn"
 REQUESTS = 60
 
 
-def _twin(env, out: Path, *extra: str) -> dict:
+def _twin(env, out: Path, **options) -> dict:
+    from dpbench.twin.config import TwinInputs, make_config
+    from dpbench.twin.job import write_job
+
+    config = make_config(dp_size=2, rank_mode="threads", **options)
+    job = write_job(out.with_suffix(".job.json"), SPEC, config, TwinInputs(requests=REQUESTS))
     proc = subprocess.run(
-        [
-            str(env.python),
-            "-m",
-            "dpbench.twin.run",
-            SPEC,
-            "--dp",
-            "2",
-            "--requests",
-            str(REQUESTS),
-            "--rank-mode",
-            "threads",
-            "-o",
-            str(out),
-            *extra,
-        ],
+        [str(env.python), "-m", "dpbench.twin.run", str(job), "-o", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -216,7 +207,7 @@ def test_agentic_sessions_reuse_their_prefixes(version, release_env, tmp_path):
     env = release_env(version)
     on = _twin(env, tmp_path / "on.json")
     again = _twin(env, tmp_path / "again.json")
-    off = _twin(env, tmp_path / "off.json", "--disable-radix-cache")
+    off = _twin(env, tmp_path / "off.json", radix_cache=False)
     prompts = _prompt_tokens()
     for r in (on, off):
         assert r["metrics"]["requests_finished_count"]["value"] == REQUESTS

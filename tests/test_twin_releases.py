@@ -21,7 +21,7 @@ from dpbench.procs import alive, children
 pytestmark = pytest.mark.sglang
 
 SPEC = "long-prompt-burst"
-SMALL = ["--dp", "2", "--requests", "60", "--no-timeline"]
+SMALL = {"dp_size": 2, "record_timeline": False}  # and 60 requests
 # Wall-clock metrics: real time, so they differ run to run by design.
 WALL_METRICS = {"scheduler_pass_us_p50", "passes_per_s", "pass_wall_over_rank_work"}
 OUTCOME_LABELS = {
@@ -32,12 +32,20 @@ OUTCOME_LABELS = {
 }
 
 
-def _twin(env, out: Path, *extra: str, timeout: float = 600) -> dict:
+def _command(env, out: Path, requests: int = 60, **options) -> list[str]:
+    """``python -m dpbench.twin.run JOB -o OUT``, the job built from the schema's options."""
+    from dpbench.twin.config import TwinInputs, make_config
+    from dpbench.twin.job import write_job
+
+    job = write_job(
+        out.with_suffix(".job.json"), SPEC, make_config(**options), TwinInputs(requests=requests)
+    )
+    return [str(env.python), "-m", "dpbench.twin.run", str(job), "-o", str(out)]
+
+
+def _twin(env, out: Path, timeout: float = 600, **options) -> dict:
     proc = subprocess.run(
-        [str(env.python), "-m", "dpbench.twin.run", SPEC, *SMALL, "-o", str(out), *extra],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        _command(env, out, **{**SMALL, **options}), capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
@@ -103,7 +111,7 @@ def test_same_release_spec_seed_give_identical_metrics(runs, release_env, tmp_pa
 
 def test_gloo_step_exchange_matches_shared_memory(runs, release_env, tmp_path):
     """The twin's own end-of-step exchange (shared memory by default) changes no simulated number."""
-    gloo = _twin(release_env("0.5.23"), tmp_path / "gloo.json", "--step-exchange", "gloo")
+    gloo = _twin(release_env("0.5.23"), tmp_path / "gloo.json", step_exchange="gloo")
     assert gloo["extra"]["config"]["step_exchange"] == "gloo"
     first = {k: v for k, v in runs["0.5.23"]["metrics"].items() if k not in WALL_METRICS}
     assert first == {k: v for k, v in gloo["metrics"].items() if k not in WALL_METRICS}
@@ -112,20 +120,7 @@ def test_gloo_step_exchange_matches_shared_memory(runs, release_env, tmp_path):
 def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
     env = release_env("0.5.23")
     proc = subprocess.Popen(
-        [
-            str(env.python),
-            "-m",
-            "dpbench.twin.run",
-            SPEC,
-            "--dp",
-            "2",
-            "--requests",
-            "400",
-            "--no-timeline",
-            "-o",
-            str(tmp_path / "never.json"),
-            "--events",
-        ],
+        [*_command(env, tmp_path / "never.json", requests=400, **SMALL), "--events"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -177,9 +172,7 @@ def test_scheduler_defaults_come_from_the_release(runs, version, batch_is_full, 
 def test_thread_ranks_give_the_gloo_processes_numbers(runs, release_env, tmp_path):
     """The in-process rank mode (sweeps' default) changes no simulated number, on the early and post-KV release."""
     for version in ("0.5.16", "0.5.23"):
-        threads = _twin(
-            release_env(version), tmp_path / f"t{version}.json", "--rank-mode", "threads"
-        )
+        threads = _twin(release_env(version), tmp_path / f"t{version}.json", rank_mode="threads")
         assert threads["extra"]["config"]["rank_mode"] == "threads"
         assert _simulated(threads) == _simulated(runs[version])
         assert (
@@ -197,11 +190,9 @@ def test_ablation_arm_hides_the_delayer_from_chunk_continuations(release_env, tm
     r = _twin(
         release_env("0.5.23"),
         tmp_path / "ablation.json",
-        "--hide-delayer-from-chunked-req",
-        "--batch-is-full-rule",
-        "always",
-        "--rank-mode",
-        "threads",
+        hide_delayer_from_chunked_req=True,
+        batch_is_full_rule="always",
+        rank_mode="threads",
     )
     assert r["extra"]["config"]["scheduler"]["hide_delayer_from_chunked_req"] is True
     assert any("ablation arm" in n for n in r["notes"])
@@ -214,7 +205,7 @@ def test_ablation_arm_hides_the_delayer_from_chunk_continuations(release_env, tm
 def test_injected_scenario_failure_fails_the_run(release_env, tmp_path):
     env = release_env("0.5.23")
     proc = subprocess.run(
-        [str(env.python), "-m", "dpbench.twin.run", SPEC, *SMALL, "-o", str(tmp_path / "x.json")],
+        _command(env, tmp_path / "x.json", **SMALL),
         capture_output=True,
         text=True,
         timeout=300,
@@ -228,7 +219,10 @@ def test_injected_scenario_failure_fails_the_run(release_env, tmp_path):
 def test_delayer_off_reports_no_delayer_metrics(release_env, tmp_path):
     """Not measured is absent: no false reports, false-report mixed steps or delay passes without the delayer."""
     r = _twin(
-        release_env("0.5.23"), tmp_path / "off.json", "--no-delayer", "--rank-mode", "threads"
+        release_env("0.5.23"),
+        tmp_path / "off.json",
+        enable_prefill_delayer=False,
+        rank_mode="threads",
     )
     for name in (
         "false_prefillable_reports_count",
@@ -265,21 +259,16 @@ def test_a_rank_mid_chunk_offers_its_queue_every_pass_as_sglang_does(release_env
     3,873 rank-passes, 0.5.16, DP 4). The arm ``--no-chunk-merge-reset`` (the twin before the fix) kept
     the flag and had such ranks report "not prefillable"."""
     env = release_env("0.5.16")
-    base = ["--dp", "2", "--requests", "60", "--rank-mode", "threads"]
-    fixed = _mid_chunk_reports(_twin_args(env, tmp_path / "fixed.json", base))
+    base = {"dp_size": 2, "rank_mode": "threads"}
+    fixed = _mid_chunk_reports(_twin(env, tmp_path / "fixed.json", **base, record_timeline=True))
     arm = _mid_chunk_reports(
-        _twin_args(env, tmp_path / "arm.json", [*base, "--no-chunk-merge-reset"])
+        _twin(
+            env,
+            tmp_path / "arm.json",
+            **base,
+            record_timeline=True,
+            chunk_merge_resets_batch_is_full=False,
+        )
     )
     assert fixed[1] > 0 and fixed[0] == 0
     assert arm[0] > 0
-
-
-def _twin_args(env, out: Path, args: list[str]) -> dict:
-    proc = subprocess.run(
-        [str(env.python), "-m", "dpbench.twin.run", SPEC, *args, "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())

@@ -7,13 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from dpbench.twin.config import (
-    SchedulerSettings,
-    TwinConfig,
-    TwinConfigError,
-    build_config,
-    module_args,
-)
+from dpbench.twin.config import SchedulerSettings, TwinConfig, TwinConfigError, make_config
 from dpbench.twin.cost import RankWork, RooflineModel
 from dpbench.twin.metrics import classify_steps, compute, false_reports
 from dpbench.twin.ranks import RankResult
@@ -52,30 +46,13 @@ def test_default_topology_fits_deepseek_v3_on_h200():
         TwinConfig(dp_size=4, tp_size=6)
 
 
-def test_cli_and_module_share_one_config_builder():
-    """``dpbench twin run`` hands its config to ``python -m dpbench.twin.run`` as flags; both build it the same way."""
-    from dpbench.twin.run import _parse, config_from_args
-
-    config = build_config(
-        dp=8,
-        tp=16,
-        delayer=True,
-        chunked_prefill_size=16384,
-        schedule_conservativeness=0.5,
-        radix_cache=False,
-        overlap_schedule=False,
-        hide_delayer_from_chunked_req=True,
-        batch_is_full_rule="always",
-        replay_arrivals="run.json",
-        idle_pass_s=0.0042,
-        timeline=False,
-    )
-    again = config_from_args(_parse(["long-prompt-burst", *module_args(config), "-o", "x.json"]))
-    assert again == config
+def test_cross_checks_live_in_the_config():
     with pytest.raises(TwinConfigError, match="needs the delayer on"):
-        build_config(delayer=False, hide_delayer_from_chunked_req=True)
+        make_config(enable_prefill_delayer=False, hide_delayer_from_chunked_req=True)
     with pytest.raises(TwinConfigError, match=r"idle_pass_s must be in \(0, 1\] seconds"):
-        build_config(idle_pass_s=0.0)
+        make_config(idle_pass_s=0.0)
+    with pytest.raises(TwinConfigError, match="has no option 'dp'"):
+        make_config(dp=2)
 
 
 @pytest.fixture(scope="module")
@@ -365,10 +342,7 @@ def test_batch_is_full_rules_are_the_compat_layers_names():
     }
     with pytest.raises(TwinConfigError, match="batch_is_full_rule must be one of"):
         SchedulerSettings(batch_is_full_rule="sometimes")
-    args = module_args(build_config(batch_is_full_rule="always"))
-    i = args.index("--batch-is-full-rule")
-    assert args[i + 1] == "always"
-    assert "--batch-is-full-rule" not in module_args(build_config())
+    assert make_config(batch_is_full_rule="always").scheduler.batch_is_full_rule == "always"
 
 
 def test_finished_filter_rule_is_read_off_get_next_batch_to_run():
@@ -400,28 +374,27 @@ def test_finished_filter_rule_is_read_off_get_next_batch_to_run():
         scheduling.FINISHED_FILTER_EVERY_PASS,
         scheduling.FINISHED_FILTER_AT_DECODE,
     }
-    args = module_args(build_config(finished_filter_rule="every_pass"))
-    assert args[args.index("--finished-filter-rule") + 1] == "every_pass"
     with pytest.raises(TwinConfigError, match="finished_filter_rule must be one of"):
         SchedulerSettings(finished_filter_rule="never")
 
 
 @pytest.mark.parametrize(
-    "arm, flags",
+    "arm, modes",
     [
-        ("0.5.16:finished-filter=every_pass", ["--finished-filter-rule", "every_pass"]),
-        ("0.5.16:no-chunk-reset", ["--no-chunk-merge-reset"]),
+        ("0.5.16:finished-filter=every_pass", {"finished_filter_rule": "every_pass"}),
+        ("0.5.16:no-chunk-reset", {"chunk_merge_resets_batch_is_full": False}),
         ("0.5.16:batch-is-full=if_admitted_or_running",
-         ["--batch-is-full-rule", "if_admitted_or_running"]),
+         {"batch_is_full_rule": "if_admitted_or_running"}),
         ("0.5.17:ablation,no-overlap",
-         ["--hide-delayer-from-chunked-req", "--disable-overlap-schedule"]),
-        ("0.5.16:conservativeness=2", ["--schedule-conservativeness", "2"]),
+         {"hide_delayer_from_chunked_req": True, "overlap_schedule": False}),
+        ("0.5.16:conservativeness=2", {"schedule_conservativeness": 2.0}),
+        ("0.5.16:overlap_schedule=false,dp_size=3", {"overlap_schedule": False, "dp_size": 3}),
     ],
 )  # fmt: skip
-def test_sweep_arms_turn_into_twin_flags(arm, flags):
-    from dpbench.twin.cli import arm_flags
+def test_sweep_arms_turn_into_config_options(arm, modes):
+    from dpbench.twin.job import arm_overrides
 
-    assert arm_flags(arm) == (arm.partition(":")[0], flags)
+    assert arm_overrides(arm) == (arm.partition(":")[0], modes)
 
 
 @pytest.mark.parametrize(
@@ -429,17 +402,19 @@ def test_sweep_arms_turn_into_twin_flags(arm, flags):
     [
         (
             "0.5.16:batch-is-full=never",
-            "batch-is-full= takes one of always, if_admitted_or_running",
+            "batch_is_full_rule= takes one of always, if_admitted_or_running",
         ),
-        ("0.5.16:conservativeness=high", "conservativeness= needs a number"),
-        ("0.5.16:fast", "unknown mode 'fast'"),
+        ("0.5.16:conservativeness=high", "schedule_conservativeness= takes a float"),
+        ("0.5.16:fast", "want NAME=VALUE"),
+        ("0.5.16:dp=2", "want NAME=VALUE with NAME one of"),
+        (":ablation", "no release before ':'"),
     ],
 )
 def test_a_bad_sweep_arm_names_what_exists(arm, needle):
-    from dpbench.twin.cli import arm_flags
+    from dpbench.twin.job import arm_overrides
 
-    with pytest.raises(ValueError, match=needle):
-        arm_flags(arm)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        arm_overrides(arm)
 
 
 def test_replayed_arrivals_go_to_the_rank_the_server_chose():
@@ -492,16 +467,3 @@ def test_replayed_arrivals_read_from_a_server_result(tmp_path):
         json.dumps({"extra": {"scheduler_arrivals": {"r0": [0.3, 1], "r1": [0.05, 0]}}})
     )
     assert load_replay(str(path), _trace(2), 2) == {"r0": (0.3, 1), "r1": (0.05, 0)}
-
-
-def test_every_sweep_arm_mode_parses_in_the_arm_process():
-    """A mode the CLI accepts must be a flag ``python -m dpbench.twin.sweep`` accepts too."""
-    from dpbench.twin.cli import ARM_CHOICE_MODES, ARM_MODES, ARM_VALUE_MODES, arm_flags
-    from dpbench.twin.sweep import parser
-
-    arms = [f"0.5.16:{m}" for m in ARM_MODES]
-    arms += [f"0.5.16:{m}=1.5" for m in ARM_VALUE_MODES]
-    arms += [f"0.5.16:{m}={c}" for m, (_, choices) in ARM_CHOICE_MODES.items() for c in choices]
-    base = ["spec", "--seeds", "0", "--dp", "2", "--chunked-prefill-size", "8192", "-o", "x"]
-    for arm in arms:
-        parser().parse_args([*base, *arm_flags(arm)[1]])  # argparse exits on an unknown flag

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,10 +12,11 @@ from rich.table import Table
 
 from dpbench import results
 from dpbench.progress import console, progress
+from dpbench.schema import with_options
 from dpbench.server.client import RequestOutcome
+from dpbench.server.fidelity import Inputs
 from dpbench.server.launcher import ServerProcess
-from dpbench.server.run import RunOptions, execute, prepare
-from dpbench.server.stats import Slo
+from dpbench.server.run import RunOptions, ServerRunError, execute, prepare
 
 # whose bench_serving client-bench compares against by default
 BENCH_SERVING_RELEASE = "0.5.23"
@@ -56,84 +56,6 @@ _SHOWN = (
 )
 
 
-def _options(
-    spec: str,
-    tp: int,
-    dp: int | None,
-    model: str | None,
-    delayer: bool,
-    python: str | None,
-    port: int | None,
-    max_requests: int | None,
-    ttft_slo_ms: float,
-    tpot_slo_ms: float,
-    nnodes: int,
-    node_rank: int,
-    dist_init_addr: str | None,
-    extra: list[str] | None,
-    startup_deadline_s: float,
-    attention_backend: str | None,
-    chunked_prefill_size: int | None,
-    simulate_forward: bool = False,
-    time_scale: float = 1.0,
-    sglang: str | None = None,
-) -> RunOptions:
-    if sglang and python:
-        raise typer.BadParameter("give --sglang VERSION or --python, not both")
-    return RunOptions(
-        spec=spec,
-        tp_size=tp,
-        dp_size=dp,
-        model_path=model,
-        delayer=delayer,
-        python=python or sys.executable,
-        port=port,
-        max_requests=max_requests,
-        slo=Slo(ttft_ms=ttft_slo_ms, tpot_ms=tpot_slo_ms),
-        nnodes=nnodes,
-        node_rank=node_rank,
-        dist_init_addr=dist_init_addr,
-        extra_args=tuple(extra or ()),
-        startup_deadline_s=startup_deadline_s,
-        attention_backend=attention_backend,
-        chunked_prefill_size=chunked_prefill_size,
-        simulate_forward=simulate_forward,
-        time_scale=time_scale,
-        sglang=sglang,
-        check_gpus=not simulate_forward,
-    )
-
-
-SimulateForward = Annotated[
-    bool,
-    typer.Option(
-        "--simulate-forward",
-        help="CPU: SGLang's real server with the model forward simulated by the twin's cost model "
-        "(tp = dp, one scheduler per DP rank); results are marked executor: simulated",
-    ),
-]
-TimeScale = Annotated[
-    float,
-    typer.Option(
-        help="simulated forward times and arrival gaps are multiplied by this (0 < s ≤ 100)"
-    ),
-]
-SerialForward = Annotated[
-    bool,
-    typer.Option(
-        "--serial-forward",
-        help="simulated forward: sleep on the scheduler's thread instead of queueing on the "
-        "virtual device, so every step also pays the scheduler's CPU work (no overlap)",
-    ),
-]
-Release = Annotated[
-    str | None,
-    typer.Option(
-        "--sglang", help="run from this SGLang release's environment (built on first use)"
-    ),
-]
-
-
 def _fail(message: str) -> None:
     console().print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
@@ -156,101 +78,28 @@ def _first_line_and_log(exc: BaseException) -> str:
     return f"{first}{' — ' + cause if cause else ''}{'; server log: ' + log if log else ''}"
 
 
-Tp = Annotated[int, typer.Option("--tp", help="tensor-parallel size (GPUs, all nodes)")]
-Dp = Annotated[
-    int | None, typer.Option("--dp", help="attention-DP size (default: the spec's dp_size)")
-]
-Model = Annotated[
-    str | None,
-    typer.Option("--model", help="checkpoint dir; default: spec's config with dummy weights"),
-]
 Delayer = Annotated[
     bool, typer.Option("--delayer/--no-delayer", help="enable SGLang's PrefillDelayer")
-]
-Python = Annotated[
-    str | None,
-    typer.Option("--python", help="interpreter with SGLang installed (default: this one)"),
-]
-Extra = Annotated[
-    list[str] | None,
-    typer.Option("--sglang-arg", help="extra launch_server flag (repeatable), checked"),
 ]
 
 
 @app.command()
+@with_options(RunOptions, param="opts", error=ServerRunError)
 def run(
-    spec: Annotated[
-        str, typer.Argument(help="workload name (e.g. long-prompt-burst) or spec path")
-    ],
+    *,
+    opts: RunOptions,
     output: Annotated[Path, typer.Option("-o", "--output", help="run-result JSON to write")] = Path(
         "run.json"
     ),
-    tp: Tp = 8,
-    dp: Dp = None,
-    model: Model = None,
-    delayer: Delayer = True,
-    python: Python = None,
-    port: Annotated[int | None, typer.Option(help="server port (default: a free one)")] = None,
-    max_requests: Annotated[
-        int | None, typer.Option(help="replay only the first N requests")
-    ] = None,
-    ttft_slo_ms: Annotated[float, typer.Option(help="goodput TTFT SLO")] = 2000.0,
-    tpot_slo_ms: Annotated[float, typer.Option(help="goodput TPOT SLO")] = 100.0,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    dist_init_addr: Annotated[
-        str | None, typer.Option(help="node-0 host:port for multi-node")
-    ] = None,
-    sglang_arg: Extra = None,
-    startup_deadline_s: float = 1200.0,
-    attention_backend: str | None = None,
-    chunked_prefill_size: int | None = None,
     dry_run: Annotated[bool, typer.Option(help="print the launch command and exit")] = False,
-    simulate_forward: SimulateForward = False,
-    time_scale: TimeScale = 1.0,
-    serial_forward: SerialForward = False,
-    sglang: Release = None,
-    log_dir: Annotated[
-        Path | None,
-        typer.Option(help="server logs and step records; default results/server-logs"),
-    ] = None,
-    step_records_dir: Annotated[
-        Path | None,
-        typer.Option(help="simulated forward, multi-node: a step-record directory all nodes share"),
-    ] = None,
 ) -> None:
-    """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result."""
+    """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result.
+
+    Every option but --output and --dry-run is a field of dpbench.server.run.RunOptions."""
     from dpbench.envs.venv import EnvError
     from dpbench.server.launcher import ServerStartError
-    from dpbench.server.run import RunIncomplete, ServerRunError
+    from dpbench.server.run import RunIncomplete
 
-    opts = _options(
-        spec,
-        tp,
-        dp,
-        model,
-        delayer,
-        python,
-        port,
-        max_requests,
-        ttft_slo_ms,
-        tpot_slo_ms,
-        nnodes,
-        node_rank,
-        dist_init_addr,
-        sglang_arg,
-        startup_deadline_s,
-        attention_backend,
-        chunked_prefill_size,
-        simulate_forward,
-        time_scale,
-        sglang,
-    )
-    opts = dataclasses.replace(opts, serial_forward=serial_forward)
-    if log_dir is not None:
-        opts = dataclasses.replace(opts, log_dir=str(log_dir))
-    if step_records_dir is not None:
-        opts = dataclasses.replace(opts, step_records_dir=str(step_records_dir))
     try:
         prep = prepare(opts)
     except (ServerRunError, EnvError) as exc:
@@ -304,61 +153,31 @@ def run(
 
 
 @app.command()
+@with_options(
+    RunOptions,
+    param="opts",
+    error=ServerRunError,
+    exclude=("max_requests", "slo_ttft_ms", "slo_tpot_ms", "log_dir", "serial_forward"),
+)
 def launch(
-    spec: Annotated[str, typer.Argument(help="workload whose model/KV plan configure the server")],
-    tp: Tp = 8,
-    dp: Dp = None,
-    model: Model = None,
-    delayer: Delayer = True,
-    python: Python = None,
-    port: Annotated[int, typer.Option(help="server port")] = 30000,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    dist_init_addr: str | None = None,
-    sglang_arg: Extra = None,
-    startup_deadline_s: float = 1200.0,
+    *,
+    opts: RunOptions,
     log: Annotated[Path, typer.Option(help="server log file")] = Path(
         "results/server-logs/manual.log"
     ),
-    simulate_forward: SimulateForward = False,
-    time_scale: TimeScale = 1.0,
-    sglang: Release = None,
-    step_records_dir: Annotated[
-        Path | None,
-        typer.Option(help="simulated forward: step records of this node's ranks (share it)"),
-    ] = None,
 ) -> None:
     """Start a server configured like `run` would (on node 0: wait until ready), keep it up until Ctrl-C.
 
     On the other nodes of a multi-node server, run this with the same SPEC, --dp,
     --nnodes and --dist-init-addr and this node's --node-rank.
     """
-    from dpbench.server.run import ServerRunError, sim_launch_env
+    from dpbench.server.run import sim_launch_env
 
-    opts = _options(
-        spec,
-        tp,
-        dp,
-        model,
-        delayer,
-        python,
-        port,
-        None,
-        2000.0,
-        100.0,
-        nnodes,
-        node_rank,
-        dist_init_addr,
-        sglang_arg,
-        startup_deadline_s,
-        None,
-        None,
-        simulate_forward,
-        time_scale,
-        sglang,
+    simulate_forward, node_rank, startup_deadline_s = (
+        opts.simulate_forward,
+        opts.node_rank,
+        opts.startup_deadline_s,
     )
-    if step_records_dir is not None:
-        opts = dataclasses.replace(opts, step_records_dir=str(step_records_dir))
     try:
         prep = prepare(opts)
         env = sim_launch_env(prep, log) if simulate_forward else None
@@ -471,23 +290,13 @@ def _ci(row: dict[str, Any]) -> str:
 
 
 @app.command()
+@with_options(Inputs, param="base", error=ValueError)
 def fidelity(
-    spec: Annotated[str, typer.Argument(help="workload name or spec path (its seed is used)")],
-    dp: Annotated[int, typer.Option("--dp", help="attention-DP size")] = 2,
+    *,
+    base: Inputs,
     sglang: Annotated[
         list[str], typer.Option("--sglang", help="release(s) to compare under (repeatable)")
     ] = ["0.5.23"],  # noqa: B006 - typer reads the default
-    chunked_prefill_size: Annotated[
-        int, typer.Option(help="global --chunked-prefill-size given to both sides")
-    ] = 4096,
-    delayer: Delayer = True,
-    repeats: Annotated[
-        int,
-        typer.Option(
-            min=1, help="server runs per release (the twin is deterministic; the server is not)"
-        ),
-    ] = 1,
-    serial_forward: SerialForward = False,
     reuse_server_runs: Annotated[
         bool,
         typer.Option(
@@ -497,13 +306,22 @@ def fidelity(
         ),
     ] = False,
 ) -> None:
-    """Twin vs simulated-forward server on the same spec, seed, DP size and chunk size, per release."""
-    from dpbench.server.fidelity import FidelityError, Inputs
+    """Twin vs simulated-forward server on the same spec, seed, DP size and chunk size, per release.
+
+    Every option but --sglang and --reuse-server-runs is a field of
+    dpbench.server.fidelity.Inputs."""
+    from dpbench.server.fidelity import FidelityError
     from dpbench.server.fidelity import run as run_fidelity
 
+    spec, dp, chunked_prefill_size, repeats = (
+        base.spec,
+        base.dp,
+        base.chunked_prefill_size,
+        base.repeats,
+    )
     con = console()
     for release in sglang:
-        inp = Inputs(spec, dp, release, chunked_prefill_size, delayer, repeats, serial_forward)
+        inp = dataclasses.replace(base, release=release)
         try:
             report = run_fidelity(inp, reuse_server_runs=reuse_server_runs)
         except FidelityError as exc:
@@ -551,10 +369,14 @@ def diverge(
             "server run's arrivals now)",
         ),
     ] = None,
-    twin_arg: Annotated[
-        list[str],
-        typer.Option("--twin-arg", help="extra flag for the replayed twin, e.g. an arm's flag"),
-    ] = [],  # noqa: B006 - typer reads the default
+    twin_mode: Annotated[
+        str,
+        typer.Option(
+            "--twin-modes",
+            help="the replayed twin as an arm's modes (dpbench twin sweep --sglang's part after "
+            "':'), e.g. no-chunk-reset,finished-filter=every_pass",
+        ),
+    ] = "",
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="write the report as JSON")
     ] = None,
@@ -566,19 +388,24 @@ def diverge(
     from dpbench.atomic import write_json
     from dpbench.server import diverge as dv
     from dpbench.server.fidelity import FidelityError
+    from dpbench.twin.job import arm_overrides
 
+    try:
+        _, modes = arm_overrides(f"run:{twin_mode}")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--twin-modes") from None
     try:
         server = dv.load(server_run)
         if twin_result is None:
             with tempfile.TemporaryDirectory(prefix="dpbench-diverge-") as tmp:
-                twin = dv.replay_twin(server_run, Path(tmp) / "twin.json", twin_args=twin_arg)
+                twin = dv.replay_twin(server_run, Path(tmp) / "twin.json", modes=modes)
         else:
             twin = dv.load(twin_result)
         report = dv.compare(dv.server_steps(server), dv.twin_steps(twin), top=top)
     except (dv.DivergeError, FidelityError) as exc:
         _fail(str(exc))
     report["server_run"] = str(server_run)
-    report["twin_args"] = list(twin_arg)
+    report["twin_modes"] = modes
     print(dv.render(report, top=top))
     if output:
         write_json(output, report)

@@ -434,8 +434,11 @@ def load(path: str | Path) -> dict[str, Any]:
         raise DivergeError(f"{path}: cannot read it as a run result ({exc})") from exc
 
 
-def replay_twin(server_path: Path, out: Path, *, twin_args: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the twin on the server run's own arrivals and idle-pass time, timeline on."""
+def replay_twin(
+    server_path: Path, out: Path, *, modes: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run the twin on the server run's own arrivals and idle-pass time, timeline on, with an
+    arm's ``modes`` (``dpbench.twin.job.arm_overrides``) on top."""
     from dpbench.server.fidelity import Inputs, run_twin, server_idle_pass_ms
     from dpbench.server.run import release_python
 
@@ -462,10 +465,10 @@ def replay_twin(server_path: Path, out: Path, *, twin_args: Sequence[str] = ()) 
         delayer=bool(cfg["delayer"]["enabled"]),
     )
     idle = server_idle_pass_ms(server, inp.dp)
-    flags = list(twin_args)
+    own: dict[str, Any] = {}
     passes = cfg["delayer"].get("max_delay_passes")
     if passes is not None:  # the server's own setting, not SGLang's default
-        flags += ["--prefill-delayer-max-delay-passes", str(passes)]
+        own["prefill_delayer_max_delay_passes"] = int(passes)
     twin = run_twin(
         inp,
         out,
@@ -473,7 +476,7 @@ def replay_twin(server_path: Path, out: Path, *, twin_args: Sequence[str] = ()) 
         replay=server_path,
         idle_pass_ms=None if math.isnan(idle) else idle,
         timeline=True,
-        extra_args=flags,
+        modes={**own, **(modes or {})},
     )
     if workload.get("hash") and twin.get("workload", {}).get("hash") != workload["hash"]:
         raise DivergeError(

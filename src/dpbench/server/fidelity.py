@@ -32,7 +32,7 @@ import math
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ import numpy as np
 
 from dpbench import results
 from dpbench.paths import project_root, results_dir
+from dpbench.schema import metadata_of, to_dict
+from dpbench.server.run import RunOptions
 from dpbench.twin.stats import paired
 
 # (row label, server metric, twin metric or a function of the twin result, unit)
@@ -86,24 +88,66 @@ class FidelityError(RuntimeError):
     """One side of the comparison failed; the message names which and why."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Inputs:
-    spec: str
-    dp: int
-    release: str
-    chunked_prefill_size: int = 4096
-    delayer: bool = True
-    repeats: int = 1
-    serial_forward: bool = False
+    """One fidelity setting (per release): the schema `dpbench server fidelity`'s options, its
+    result files' names (:func:`run_stem`) and its report's ``inputs`` come from."""
+
+    spec: str = field(
+        metadata={"help": "workload name or spec path (its seed is used)", "argument": True}
+    )
+    dp: int = field(default=2, metadata={"help": "attention-DP size", "flag": "--dp"})
+    release: str = field(
+        default="0.5.23", metadata={"help": "the SGLang release both sides run", "cli": False}
+    )
+    chunked_prefill_size: int = field(
+        default=4096, metadata={"help": "global --chunked-prefill-size given to both sides"}
+    )
+    delayer: bool = field(default=True, metadata=metadata_of(RunOptions, "delayer"))
+    repeats: int = field(
+        default=1,
+        metadata={"help": "server runs per release (the twin is deterministic; the server is not)"},
+    )
+    serial_forward: bool = field(default=False, metadata=metadata_of(RunOptions, "serial_forward"))
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
+        if self.dp < 2:
+            raise ValueError(f"dp must be ≥ 2 (DP attention), got {self.dp}")
 
 
 def _value(result: dict[str, Any], name: str) -> float:
     m = result.get("metrics", {}).get(name)
     return float(m["value"]) if m is not None else math.nan
+
+
+def twin_config(
+    inp: Inputs,
+    replay: Path | None = None,
+    idle_pass_ms: float | None = None,
+    *,
+    timeline: bool = False,
+    modes: dict[str, Any] | None = None,
+) -> Any:
+    """The twin's config for a fidelity setting: tp = dp (the server stand-in's shape), in-process
+    ranks, the server run's arrivals and idle-pass time when replaying, then ``modes`` (an
+    arm's options, e.g. ``{"chunk_merge_resets_batch_is_full": False}``)."""
+    from dpbench.twin.config import make_config
+
+    values: dict[str, Any] = {
+        "dp_size": inp.dp,
+        "tp_size": inp.dp,
+        "chunked_prefill_size": inp.chunked_prefill_size,
+        "enable_prefill_delayer": inp.delayer,
+        "rank_mode": "threads",
+        "record_timeline": timeline,
+    }
+    if replay is not None:
+        values["replay_arrivals"] = str(replay)
+    if idle_pass_ms is not None and not math.isnan(idle_pass_ms):
+        values["idle_pass_s"] = idle_pass_ms / 1e3
+    return make_config(**{**values, **(modes or {})})
 
 
 def run_twin(
@@ -114,29 +158,22 @@ def run_twin(
     idle_pass_ms: float | None = None,
     *,
     timeline: bool = False,
-    extra_args: list[str] | None = None,
+    modes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The twin in the release's environment; ``timeline`` keeps its per-step records
-    (the divergence finder reads them), ``extra_args`` go to ``python -m dpbench.twin.run``."""
-    args = [
-        python, "-m", "dpbench.twin.run", inp.spec,
-        "--dp", str(inp.dp), "--tp", str(inp.dp),
-        "--chunked-prefill-size", str(inp.chunked_prefill_size),
-        "--rank-mode", "threads", "-o", str(out),
-    ]  # fmt: skip
-    if not timeline:
-        args.append("--no-timeline")
-    args += extra_args or []
-    if replay is not None:
-        args += ["--replay-arrivals", str(replay)]
-    if idle_pass_ms is not None and not math.isnan(idle_pass_ms):
-        args += ["--idle-pass-s", repr(idle_pass_ms / 1e3)]
-    if not inp.delayer:
-        args.append("--no-delayer")
+    """The twin in the release's environment (a job file for ``python -m dpbench.twin.run``);
+    ``timeline`` keeps its per-step records (the divergence finder reads them)."""
+    from dpbench.twin.job import write_job
+
+    config = twin_config(inp, replay, idle_pass_ms, timeline=timeline, modes=modes)
+    job = write_job(out.with_name(out.stem + ".job.json"), inp.spec, config)
+    args = [python, "-m", "dpbench.twin.run", str(job), "-o", str(out)]
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    proc = subprocess.run(
-        args, capture_output=True, text=True, cwd=project_root(), env=env, timeout=1800
-    )
+    try:
+        proc = subprocess.run(
+            args, capture_output=True, text=True, cwd=project_root(), env=env, timeout=1800
+        )
+    finally:
+        job.unlink(missing_ok=True)
     if proc.returncode != 0:
         last = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         raise FidelityError(
@@ -283,7 +320,7 @@ def run(
         for out, path, srv in zip(replay_paths, paths, servers, strict=True)
     ]
     report = {
-        "inputs": inp.__dict__,
+        "inputs": to_dict(inp),
         "executor": "simulated",
         "cost_model": servers[0].get("cost_model"),
         "rows": compare(twin, servers, replays),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,8 +23,12 @@ PERCENTILES = (50, 90, 99)
 class Slo:
     """Service-level objectives for goodput (milliseconds)."""
 
-    ttft_ms: float = 2000.0
-    tpot_ms: float = 100.0
+    ttft_ms: float = field(
+        default=2000.0, metadata={"help": "goodput's TTFT SLO, ms", "flag": "--ttft-slo-ms"}
+    )
+    tpot_ms: float = field(
+        default=100.0, metadata={"help": "goodput's TPOT SLO, ms", "flag": "--tpot-slo-ms"}
+    )
 
     def __post_init__(self) -> None:
         if self.ttft_ms <= 0 or self.tpot_ms <= 0:

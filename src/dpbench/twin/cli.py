@@ -13,7 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from dpbench.twin.config import BATCH_IS_FULL_RULES, FINISHED_FILTER_RULES
+from dpbench.schema import with_options
+from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
+from dpbench.twin.job import arm_overrides
 
 app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: full option names at 80 columns
@@ -103,14 +105,7 @@ def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_eve
 
 
 def _run_here(
-    spec: str,
-    config: Any,
-    *,
-    seed: int | None,
-    requests: int | None,
-    calibration: Path | None,
-    output: Path,
-    on_event: Any,
+    spec: str, config: TwinConfig, inputs: TwinInputs, *, output: Path, on_event: Any
 ) -> None:
     from dpbench.results import save
     from dpbench.twin.ranks import TwinRankError
@@ -123,9 +118,9 @@ def _run_here(
         result = run_twin(
             spec,
             config,
-            calibration=calibration,
-            seed=seed,
-            num_requests=requests,
+            calibration=inputs.calibration,
+            seed=inputs.seed,
+            num_requests=inputs.requests,
             on_progress=progress,
         )
     except (TwinRankError, ValueError) as exc:
@@ -156,16 +151,16 @@ def summary_table(result: dict[str, Any]) -> Any:
 
 
 @app.command()
+@with_options(TwinInputs, param="inputs")
+@with_options(TwinConfig, error=TwinConfigError)
 def run(
     spec: Annotated[
         str,
         typer.Argument(help="workload spec: a shipped name (long-prompt-burst, …) or a YAML path"),
     ],
-    dp: Annotated[int, typer.Option("--dp", help="DP ranks (processes), 2 … 16")] = 4,
-    calibration: Annotated[
-        Path | None,
-        typer.Option(help="kernel calibration JSON for the cost model (default: H200 roofline)"),
-    ] = None,
+    *,
+    config: TwinConfig,
+    inputs: TwinInputs,
     sglang: Annotated[
         str | None,
         typer.Option(
@@ -176,123 +171,27 @@ def run(
         Path | None, typer.Option("-o", "--output", help="write the run result JSON here")
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="write a plotly timeline (HTML) here")] = None,
-    requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
-    dispatch: Annotated[str, typer.Option(help="round_robin or shortest_queue")] = "round_robin",
-    delayer: Annotated[
-        bool, typer.Option("--delayer/--no-delayer", help="--enable-prefill-delayer")
-    ] = True,
-    seed: Annotated[int | None, typer.Option(help="trace seed (default: the spec's)")] = None,
-    kv_tokens: Annotated[
-        int | None, typer.Option(help="KV pool per rank in tokens (default: planner)")
-    ] = None,
-    chunked_prefill_size: Annotated[
-        int,
-        typer.Option(
-            help="global --chunked-prefill-size; SGLang divides it by the DP size per rank"
-        ),
-    ] = 8192,
-    deadline: Annotated[float, typer.Option(help="hard wall-clock limit, seconds")] = 600.0,
-    tp: Annotated[
-        int | None, typer.Option("--tp", help="--tp-size of the deployment (default: max(8, dp))")
-    ] = None,
-    schedule_conservativeness: Annotated[
-        float | None,
-        typer.Option(
-            help="--schedule-conservativeness before SGLang's DP scaling (default: the release's)"
-        ),
-    ] = None,
-    radix_cache: Annotated[
-        bool, typer.Option("--radix-cache/--disable-radix-cache", help="SGLang's radix cache")
-    ] = True,
-    overlap_schedule: Annotated[
-        bool,
-        typer.Option(
-            "--overlap-schedule/--disable-overlap-schedule",
-            help="the overlap scheduler's one-pass lag in freeing finished requests",
-        ),
-    ] = True,
-    hide_delayer_from_chunked_req: Annotated[
-        bool,
-        typer.Option(
-            "--hide-delayer-from-chunked-req",
-            help="ablation arm: add_chunked_req without the delayer (0.5.17+: placement alone)",
-        ),
-    ] = False,
-    cost_topology: Annotated[
-        str,
-        typer.Option(
-            help="per-rank-gpu (one GPU per DP rank) or physical (--tp GPUs, attention TP, eager mixed steps)"
-        ),
-    ] = "per-rank-gpu",
-    rank_mode: Annotated[
-        str, typer.Option(help="processes (gloo) or threads (in-process, identical numbers)")
-    ] = "processes",
-    batch_is_full_rule: Annotated[
-        str | None,
-        typer.Option(help="NO_TOKEN → batch_is_full: always or if_admitted_or_running"),
-    ] = None,
-    finished_filter_rule: Annotated[
-        str | None,
-        typer.Option(help="a finished request leaves the running batch: every_pass or at_decode"),
-    ] = None,
-    chunk_merge_reset: Annotated[
-        bool,
-        typer.Option(
-            "--chunk-merge-reset/--no-chunk-merge-reset",
-            help="batch_is_full reset when the last extend batch held the chunked request",
-        ),
-    ] = True,
-    replay_arrivals: Annotated[
-        Path | None,
-        typer.Option(
-            help="a simulated-forward server's run result: replay when and on which DP rank "
-            "its scheduler took each request in"
-        ),
-    ] = None,
-    idle_pass_ms: Annotated[
-        float | None,
-        typer.Option(
-            help="simulated time of a pass in which no rank runs a forward (default: the cost "
-            "model's per-step overhead, 1.5 ms)"
-        ),
-    ] = None,
 ) -> None:
-    """Replay SPEC's trace through N twin ranks and print a summary table."""
+    """Replay SPEC's trace through N twin ranks and print a summary table.
+
+    Every option but --sglang, --output and --plot is a field of dpbench.twin.config's
+    TwinConfig or TwinInputs (the schema the job file and the run result carry)."""
     from dpbench.progress import console, progress
     from dpbench.results import load, save
-    from dpbench.twin.config import DISPATCHES, TwinConfigError, build_config, module_args
+    from dpbench.schema import replace
+    from dpbench.twin.job import write_job
 
     err = console()
-    if dispatch not in DISPATCHES:
-        raise typer.BadParameter(
-            f"must be one of {', '.join(DISPATCHES)}; got {dispatch!r}", param_hint="--dispatch"
-        )
-    try:  # the same builder python -m dpbench.twin.run uses, before any heavy work
-        config = build_config(
-            dp=dp,
-            tp=tp,
-            dispatch=dispatch,
-            delayer=delayer,
-            kv_tokens=kv_tokens,
-            chunked_prefill_size=chunked_prefill_size,
-            schedule_conservativeness=schedule_conservativeness,
-            radix_cache=radix_cache,
-            overlap_schedule=overlap_schedule,
-            hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
-            batch_is_full_rule=batch_is_full_rule,
-            chunk_merge_resets_batch_is_full=chunk_merge_reset,
-            finished_filter_rule=finished_filter_rule,
-            replay_arrivals=str(replay_arrivals) if replay_arrivals is not None else None,
-            idle_pass_s=idle_pass_ms / 1e3 if idle_pass_ms is not None else None,
-            deadline=deadline,
-            rank_mode=rank_mode,
-            cost_topology=cost_topology,
-            timeline=plot is not None,
-        )
-    except TwinConfigError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    config = replace(config, record_timeline=plot is not None)
+    calibration = Path(inputs.calibration) if inputs.calibration is not None else None
     if calibration is not None and not calibration.is_file():
         raise typer.BadParameter(f"no such file: {calibration}", param_hint="--calibration")
+    if calibration is not None:
+        inputs = replace(inputs, calibration=str(calibration.resolve()))
+    if config.replay_arrivals is not None:
+        config = replace(config, replay_arrivals=str(Path(config.replay_arrivals).resolve()))
+    dp = config.dp_size
+    deadline = config.deadline_s
 
     installed = _installed_sglang()
     version = sglang or installed or DEFAULT_SGLANG
@@ -312,24 +211,12 @@ def run(
                 )
 
         out = Path(tmp) / "result.json"
-        args = [spec, *module_args(config), "-o", str(out), "--events"]
-        for flag, value in (("--requests", requests), ("--seed", seed)):
-            if value is not None:
-                args += [flag, str(value)]
-        if calibration is not None:
-            args += ["--calibration", str(calibration.resolve())]
+        job = write_job(Path(tmp) / "job.json", spec, config, inputs)
+        args = [str(job), "-o", str(out), "--events"]
         try:
             if installed is not None and version == installed:
                 # SGLang is importable here (an asv or release env): run in-process
-                _run_here(
-                    spec,
-                    config,
-                    seed=seed,
-                    requests=requests,
-                    calibration=calibration,
-                    output=out,
-                    on_event=on_event,
-                )
+                _run_here(spec, config, inputs, output=out, on_event=on_event)
             else:
                 _run_in_release_env(version, args, deadline, on_event)
         except RuntimeError as exc:
@@ -353,52 +240,6 @@ def run(
         err.print(f"plot {plot}")
 
 
-# An arm is VERSION[:MODE[,MODE…]]; each mode is one twin flag, so a fidelity fix can be
-# measured on and off with the same seeds (e.g. 0.5.16 vs 0.5.16:no-overlap).
-ARM_MODES = {
-    "ablation": ["--hide-delayer-from-chunked-req"],
-    "no-radix": ["--disable-radix-cache"],
-    "no-overlap": ["--disable-overlap-schedule"],
-    "no-chunk-reset": ["--no-chunk-merge-reset"],
-    "physical": ["--cost-topology", "physical"],
-}
-ARM_VALUE_MODES = {"conservativeness": "--schedule-conservativeness"}
-ARM_CHOICE_MODES = {
-    "batch-is-full": ("--batch-is-full-rule", BATCH_IS_FULL_RULES),
-    "finished-filter": ("--finished-filter-rule", FINISHED_FILTER_RULES),
-}
-
-
-def arm_flags(arm: str) -> tuple[str, list[str]]:
-    """``"0.5.17:ablation,no-overlap"`` → ``("0.5.17", [flags])``; a bad mode names what exists."""
-    version, _, modes = arm.partition(":")
-    flags: list[str] = []
-    for mode in filter(None, modes.split(",")):
-        name, eq, value = mode.partition("=")
-        if name in ARM_MODES and not eq:
-            flags += ARM_MODES[name]
-        elif name in ARM_VALUE_MODES and eq:
-            try:
-                float(value)
-            except ValueError:
-                raise ValueError(f"arm {arm!r}: {name}= needs a number, got {value!r}") from None
-            flags += [ARM_VALUE_MODES[name], value]
-        elif name in ARM_CHOICE_MODES and eq:
-            flag, choices = ARM_CHOICE_MODES[name]
-            if value not in choices:
-                raise ValueError(
-                    f"arm {arm!r}: {name}= takes one of {', '.join(choices)}, got {value!r}"
-                )
-            flags += [flag, value]
-        else:
-            raise ValueError(
-                f"arm {arm!r}: unknown mode {mode!r}; modes: {', '.join(ARM_MODES)}, "
-                f"{', '.join(k + '=X' for k in ARM_VALUE_MODES)}, "
-                f"{', '.join(k + '=' + '|'.join(c) for k, (_, c) in ARM_CHOICE_MODES.items())}"
-            )
-    return version, flags
-
-
 def _sweep_arm(
     arm: str,
     spec: str,
@@ -412,22 +253,19 @@ def _sweep_arm(
 ) -> dict[str, Any]:
     """One arm of a sweep (``VERSION`` or ``VERSION:ablation``) in its release environment."""
     from dpbench.envs import run_in_env
+    from dpbench.twin.sweep import arm_base_config, write_sweep_job
 
-    version, flags = arm_flags(arm)
-    args = [
-        spec,
-        "--seeds",
-        ",".join(map(str, seeds)),
-        "--dp",
-        ",".join(map(str, dps)),
-        "--chunked-prefill-size",
-        ",".join(map(str, chunks)),
-        "-o",
-        str(out),
-    ]
-    if requests is not None:
-        args += ["--requests", str(requests)]
-    args += flags
+    version, modes = arm_overrides(arm)
+    job = write_sweep_job(
+        out.with_suffix(".job.json"),
+        spec=spec,
+        seeds=seeds,
+        dps=dps,
+        chunks=chunks,
+        requests=requests,
+        base=arm_base_config(modes),
+    )
+    args = [str(job), "-o", str(out)]
 
     def line(text: str) -> None:
         try:
@@ -492,9 +330,10 @@ def sweep(
         list[str],
         typer.Option(
             help="an arm: a release (0.5.16), optionally with modes after ':' (0.5.17:ablation: add_chunked_req "
-            "without the delayer; no-radix; no-overlap; physical; conservativeness=X; "
-            "batch-is-full=always|if_admitted_or_running); give two or more, each is "
-            "compared with the first"
+            "without the delayer; no-radix; no-overlap; no-chunk-reset; physical; conservativeness=X; "
+            "batch-is-full=always|if_admitted_or_running; finished-filter=every_pass|at_decode; or "
+            "any 'dpbench twin run' option as NAME=VALUE, e.g. overlap_schedule=false); give two "
+            "or more, each is compared with the first"
         ),
     ],
     seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 20,
@@ -527,7 +366,7 @@ def sweep(
         )
     for arm in sglang:
         try:
-            arm_flags(arm)
+            arm_overrides(arm)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--sglang") from None
     if seeds < 2:

@@ -48,7 +48,8 @@ class SchedulerSettings:
     )
     page_size: int = field(default=1, metadata={"help": "--page-size"})
     enable_prefill_delayer: bool = field(
-        default=True, metadata={"help": "--enable-prefill-delayer"}
+        default=True,
+        metadata={"help": "--enable-prefill-delayer", "flag": "--delayer/--no-delayer"},
     )
     prefill_delayer_max_delay_passes: int = field(
         default=30, metadata={"help": "--prefill-delayer-max-delay-passes"}
@@ -63,22 +64,24 @@ class SchedulerSettings:
         },
     )
     radix_cache: bool = field(
-        default=True, metadata={"help": "SGLang's radix cache on (off: --disable-radix-cache)"}
+        default=True,
+        metadata={"help": "SGLang's radix cache", "flag": "--radix-cache/--disable-radix-cache"},
     )
     overlap_schedule: bool = field(
         default=True,
         metadata={
-            "help": "the overlap scheduler's one-pass lag in freeing finished requests (off: --disable-overlap-schedule)"
+            "help": "the overlap scheduler's one-pass lag in freeing finished requests",
+            "flag": "--overlap-schedule/--disable-overlap-schedule",
         },
     )
-    batch_is_full_rule: str | None = field(
+    batch_is_full_rule: BatchIsFullRule | None = field(
         default=None,
         metadata={
             "help": "how NO_TOKEN sets batch_is_full: 'always' (0.5.16/0.5.17) or "
             "'if_admitted_or_running' (0.5.23); None: the release's own rule"
         },
     )
-    finished_filter_rule: str | None = field(
+    finished_filter_rule: FinishedFilterRule | None = field(
         default=None,
         metadata={
             "help": "when a finished request leaves the running batch (and resets batch_is_full): "
@@ -92,14 +95,16 @@ class SchedulerSettings:
             "help": "SGLang's get_next_batch_to_run merges the last extend batch without the "
             "chunked request in flight, and a batch that shrank resets batch_is_full, so a "
             "rank mid-chunk offers its waiting queue every pass (off: the twin before "
-            "2026-12-02, which kept the flag until a request finished)"
+            "2026-12-02, which kept the flag until a request finished)",
+            "flag": "--chunk-merge-reset/--no-chunk-merge-reset",
         },
     )
     hide_delayer_from_chunked_req: bool = field(
         default=False,
         metadata={
             "help": "ablation arm: add_chunked_req runs without the delayer (0.5.16's chunk reporting, "
-            "the release's add_one_req placement)"
+            "the release's add_one_req placement)",
+            "flag": "--hide-delayer-from-chunked-req",
         },
     )
 
@@ -144,23 +149,26 @@ class SchedulerSettings:
 class TwinConfig:
     """One twin run: how many ranks, how requests reach them, and the KV pool each holds."""
 
-    dp_size: int = field(default=4, metadata={"help": f"DP ranks (processes), 2 … {MAX_DP_SIZE}"})
+    dp_size: int = field(
+        default=4, metadata={"help": f"DP ranks (processes), 2 … {MAX_DP_SIZE}", "flag": "--dp"}
+    )
     tp_size: int | None = field(
         default=None,
         metadata={
             "help": "GPUs of the deployment (--tp-size); attention TP = tp_size / dp_size. None: max(8, dp_size), "
-            "the smallest H200 count that holds DeepSeek-V3 FP8 (671 B params × 1 B ≈ 671 GB > 4 × 141 GB)"
+            "the smallest H200 count that holds DeepSeek-V3 FP8 (671 B params × 1 B ≈ 671 GB > 4 × 141 GB)",
+            "flag": "--tp",
         },
     )
-    dispatch: Dispatch = field(default="round_robin", metadata={"help": f"one of {DISPATCHES}"})
+    dispatch: Dispatch = field(
+        default="round_robin", metadata={"help": "how requests are spread over the DP ranks"}
+    )
     max_total_tokens_per_rank: int | None = field(
         default=None,
         metadata={
-            "help": "KV pool size per rank in tokens; None: the workload planner's size for the spec"
+            "help": "KV pool size per rank in tokens; None: the workload planner's size for the spec",
+            "flag": "--kv-tokens",
         },
-    )
-    max_requests: int | None = field(
-        default=None, metadata={"help": "replay only the first N requests of the trace (None: all)"}
     )
     replay_arrivals: str | None = field(
         default=None,
@@ -202,10 +210,15 @@ class TwinConfig:
         },
     )
     deadline_s: float = field(
-        default=600.0, metadata={"help": "hard wall-clock limit for the whole run"}
+        default=600.0,
+        metadata={"help": "hard wall-clock limit for the whole run, seconds", "flag": "--deadline"},
     )
     record_timeline: bool = field(
-        default=True, metadata={"help": "keep per-step, per-rank records for --plot"}
+        default=True,
+        metadata={
+            "help": "keep per-step, per-rank records (--plot, the divergence finder)",
+            "cli": False,
+        },
     )
 
     def __post_init__(self) -> None:
@@ -231,8 +244,13 @@ class TwinConfig:
             raise TwinConfigError(
                 f"max_total_tokens_per_rank must be ≥ 16 tokens or None, got {self.max_total_tokens_per_rank}"
             )
-        if self.max_requests is not None and self.max_requests < 1:
-            raise TwinConfigError(f"max_requests must be ≥ 1 or None, got {self.max_requests}")
+        if (
+            self.scheduler.hide_delayer_from_chunked_req
+            and not self.scheduler.enable_prefill_delayer
+        ):
+            raise TwinConfigError(
+                "the ablation arm (hide the delayer from add_chunked_req) needs the delayer on"
+            )
         if self.step_exchange not in STEP_EXCHANGES:
             raise TwinConfigError(
                 f"step_exchange must be one of {STEP_EXCHANGES}, got {self.step_exchange!r}"
@@ -259,99 +277,30 @@ class TwinConfig:
         return self.gpus // self.dp_size
 
 
-def build_config(
-    *,
-    dp: int = 4,
-    tp: int | None = None,
-    dispatch: str = "round_robin",
-    delayer: bool = True,
-    kv_tokens: int | None = None,
-    chunked_prefill_size: int = 8192,
-    schedule_conservativeness: float | None = None,
-    radix_cache: bool = True,
-    overlap_schedule: bool = True,
-    hide_delayer_from_chunked_req: bool = False,
-    batch_is_full_rule: str | None = None,
-    deadline: float = 600.0,
-    step_exchange: str = "shared_memory",
-    rank_mode: str = "processes",
-    cost_topology: str = "per-rank-gpu",
-    timeline: bool = True,
-    replay_arrivals: str | None = None,
-    idle_pass_s: float | None = None,
-    prefill_delayer_max_delay_passes: int | None = None,
-    chunk_merge_resets_batch_is_full: bool = True,
-    finished_filter_rule: str | None = None,
-) -> TwinConfig:
-    """The one way the CLI (``dpbench twin``) and ``python -m dpbench.twin.run`` turn flags into a config."""
-    if hide_delayer_from_chunked_req and not delayer:
-        raise TwinConfigError(
-            "the ablation arm (hide the delayer from add_chunked_req) needs the delayer on"
-        )
-    return TwinConfig(
-        dp_size=dp,
-        tp_size=tp,
-        dispatch=dispatch,  # type: ignore[arg-type]
-        max_total_tokens_per_rank=kv_tokens,
-        scheduler=SchedulerSettings(
-            enable_prefill_delayer=delayer,
-            chunked_prefill_size=chunked_prefill_size,
-            schedule_conservativeness=schedule_conservativeness,
-            radix_cache=radix_cache,
-            overlap_schedule=overlap_schedule,
-            hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
-            batch_is_full_rule=batch_is_full_rule,
-            chunk_merge_resets_batch_is_full=chunk_merge_resets_batch_is_full,
-            finished_filter_rule=finished_filter_rule,
-            **(
-                {"prefill_delayer_max_delay_passes": prefill_delayer_max_delay_passes}
-                if prefill_delayer_max_delay_passes is not None
-                else {}
-            ),
-        ),
-        deadline_s=deadline,
-        step_exchange=step_exchange,  # type: ignore[arg-type]
-        rank_mode=rank_mode,  # type: ignore[arg-type]
-        cost_topology=cost_topology,  # type: ignore[arg-type]
-        record_timeline=timeline,
-        replay_arrivals=replay_arrivals,
-        idle_pass_s=idle_pass_s,
+@dataclass(frozen=True, kw_only=True)
+class TwinInputs:
+    """What one twin run is given beside its config: the trace's seed and size, the cost calibration."""
+
+    seed: int | None = field(default=None, metadata={"help": "trace seed (None: the spec's)"})
+    requests: int | None = field(
+        default=None, metadata={"help": "override the spec's num_requests"}
+    )
+    calibration: str | None = field(
+        default=None,
+        metadata={"help": "kernel calibration JSON for the cost model (None: H200 roofline)"},
     )
 
+    def __post_init__(self) -> None:
+        if self.requests is not None and self.requests < 1:
+            raise TwinConfigError(f"requests must be ≥ 1 or None, got {self.requests}")
 
-def module_args(config: TwinConfig) -> list[str]:
-    """``python -m dpbench.twin.run`` flags that rebuild ``config`` through :func:`build_config`."""
-    s = config.scheduler
-    out = ["--dp", str(config.dp_size), "--dispatch", config.dispatch]
-    out += ["--chunked-prefill-size", str(s.chunked_prefill_size)]
-    out += ["--deadline", str(config.deadline_s), "--step-exchange", config.step_exchange]
-    out += ["--rank-mode", config.rank_mode, "--cost-topology", config.cost_topology]
-    if config.tp_size is not None:
-        out += ["--tp", str(config.tp_size)]
-    if config.max_total_tokens_per_rank is not None:
-        out += ["--kv-tokens", str(config.max_total_tokens_per_rank)]
-    if s.schedule_conservativeness is not None:
-        out += ["--schedule-conservativeness", str(s.schedule_conservativeness)]
-    if not s.enable_prefill_delayer:
-        out.append("--no-delayer")
-    if not s.radix_cache:
-        out.append("--disable-radix-cache")
-    if not s.overlap_schedule:
-        out.append("--disable-overlap-schedule")
-    if s.batch_is_full_rule is not None:
-        out += ["--batch-is-full-rule", s.batch_is_full_rule]
-    if s.prefill_delayer_max_delay_passes != SchedulerSettings().prefill_delayer_max_delay_passes:
-        out += ["--prefill-delayer-max-delay-passes", str(s.prefill_delayer_max_delay_passes)]
-    if config.replay_arrivals is not None:
-        out += ["--replay-arrivals", config.replay_arrivals]
-    if config.idle_pass_s is not None:
-        out += ["--idle-pass-s", repr(config.idle_pass_s)]
-    if s.hide_delayer_from_chunked_req:
-        out.append("--hide-delayer-from-chunked-req")
-    if not s.chunk_merge_resets_batch_is_full:
-        out.append("--no-chunk-merge-reset")
-    if s.finished_filter_rule is not None:
-        out += ["--finished-filter-rule", s.finished_filter_rule]
-    if not config.record_timeline:
-        out.append("--no-timeline")
-    return out
+
+def make_config(**values: object) -> TwinConfig:
+    """A :class:`TwinConfig` from flat option values (``dp_size=2, enable_prefill_delayer=False``,
+    nested scheduler settings included): the one builder every caller uses."""
+    from dpbench.schema import SchemaError, build
+
+    try:
+        return build(TwinConfig, values)
+    except SchemaError as exc:
+        raise TwinConfigError(str(exc)) from None

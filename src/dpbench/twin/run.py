@@ -23,18 +23,9 @@ from typing import Any
 import numpy as np
 
 from dpbench.procs import free_port
+from dpbench.schema import to_dict
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
-from dpbench.twin.config import (
-    BATCH_IS_FULL_RULES,
-    COST_TOPOLOGIES,
-    DISPATCHES,
-    FINISHED_FILTER_RULES,
-    RANK_MODES,
-    STEP_EXCHANGES,
-    TwinConfig,
-    TwinConfigError,
-    build_config,
-)
+from dpbench.twin.config import TwinConfig, TwinConfigError
 from dpbench.twin.cost import RankWork, make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
@@ -147,8 +138,6 @@ def run_twin(
     if num_requests is not None:
         spec = spec.with_overrides(num_requests=num_requests)
     trace = generate_trace(spec, seed)
-    if config.max_requests is not None:
-        trace = trace[: config.max_requests]
     model = load_model_config(spec.model)
     kv_plan = None
     kv_tokens = config.max_total_tokens_per_rank
@@ -244,7 +233,7 @@ def run_twin(
     notes.append(
         f"a pass in which no rank runs a forward lasts {job.idle_pass_s * 1e3:.3g} ms of simulated "
         + (
-            "time (--idle-pass-ms / --idle-pass-s)"
+            "time (--idle-pass-s)"
             if config.idle_pass_s is not None
             else "time (the cost model's per-step overhead, an estimate of SGLang's event-loop "
             "iteration on a GPU host): it sets how many delay verdicts a wait of given length yields"
@@ -271,6 +260,7 @@ def run_twin(
             "replay_arrivals": config.replay_arrivals,
             "idle_pass_s": job.idle_pass_s,
         },
+        twin_config=to_dict(config),  # the schema as given: TwinConfig rebuilt from it is this run
         scheduler_defaults=defaults.as_dict(),
         kv_plan=kv_plan.as_dict() if kv_plan is not None else None,
     )
@@ -323,105 +313,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m dpbench.twin.run", description=__doc__.splitlines()[0]
     )
-    p.add_argument("spec")
-    p.add_argument("--dp", type=int, default=4)
-    p.add_argument("--tp", type=int, default=None, help="--tp-size (default: max(8, dp))")
-    p.add_argument("--dispatch", choices=DISPATCHES, default="round_robin")
-    p.add_argument("--no-delayer", action="store_true")
-    p.add_argument("--requests", type=int, default=None, help="override the spec's num_requests")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument(
-        "--kv-tokens", type=int, default=None, help="KV pool per rank (default: planner)"
-    )
-    p.add_argument(
-        "--chunked-prefill-size",
-        type=int,
-        default=8192,
-        help="global --chunked-prefill-size (SGLang divides it by dp_size per rank)",
-    )
-    p.add_argument("--schedule-conservativeness", type=float, default=None)
-    p.add_argument("--disable-radix-cache", action="store_true")
-    p.add_argument("--disable-overlap-schedule", action="store_true")
-    p.add_argument("--hide-delayer-from-chunked-req", action="store_true", help="ablation arm")
-    p.add_argument(
-        "--finished-filter-rule",
-        choices=FINISHED_FILTER_RULES,
-        default=None,
-        help="when a finished request leaves the running batch (default: the release's rule)",
-    )
-    p.add_argument(
-        "--no-chunk-merge-reset",
-        action="store_true",
-        help="fidelity arm: keep batch_is_full across the merge of a batch with the chunked request",
-    )
-    p.add_argument(
-        "--prefill-delayer-max-delay-passes",
-        type=int,
-        default=None,
-        help="SGLang's flag (default: SGLang's default); a replay takes the server run's",
-    )
-    p.add_argument(
-        "--idle-pass-s",
-        type=float,
-        default=None,
-        help="simulated seconds of a pass in which no rank runs a forward (default: the cost "
-        "model's per-step overhead)",
-    )
-    p.add_argument(
-        "--replay-arrivals",
-        default=None,
-        help="a simulated-forward server's run result: replay when and where its requests arrived",
-    )
-    p.add_argument(
-        "--batch-is-full-rule",
-        choices=BATCH_IS_FULL_RULES,
-        default=None,
-        help="NO_TOKEN → batch_is_full rule (default: the release's)",
-    )
-    p.add_argument("--calibration", default=None)
-    p.add_argument("--deadline", type=float, default=600.0)
-    p.add_argument("--step-exchange", choices=STEP_EXCHANGES, default="shared_memory")
-    p.add_argument("--rank-mode", choices=RANK_MODES, default="processes")
-    p.add_argument("--cost-topology", choices=COST_TOPOLOGIES, default="per-rank-gpu")
-    p.add_argument("--no-timeline", action="store_true")
+    p.add_argument("job", help="a twin job file (dpbench.twin.job.write_job): spec, inputs, config")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--events", action="store_true", help="JSON progress lines on stdout")
     return p.parse_args(argv)
 
 
-def config_from_args(args: argparse.Namespace) -> TwinConfig:
-    return build_config(
-        dp=args.dp,
-        tp=args.tp,
-        dispatch=args.dispatch,
-        delayer=not args.no_delayer,
-        kv_tokens=args.kv_tokens,
-        chunked_prefill_size=args.chunked_prefill_size,
-        schedule_conservativeness=args.schedule_conservativeness,
-        radix_cache=not args.disable_radix_cache,
-        overlap_schedule=not args.disable_overlap_schedule,
-        hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
-        batch_is_full_rule=args.batch_is_full_rule,
-        replay_arrivals=args.replay_arrivals,
-        idle_pass_s=args.idle_pass_s,
-        prefill_delayer_max_delay_passes=args.prefill_delayer_max_delay_passes,
-        chunk_merge_resets_batch_is_full=not args.no_chunk_merge_reset,
-        finished_filter_rule=args.finished_filter_rule,
-        deadline=args.deadline,
-        step_exchange=args.step_exchange,
-        rank_mode=args.rank_mode,
-        cost_topology=args.cost_topology,
-        timeline=not args.no_timeline,
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     from dpbench.results import save
+    from dpbench.twin.job import read_job
     from dpbench.twin.ranks import TwinRankError
 
     args = _parse(argv)
     try:
-        config = config_from_args(args)
+        spec, config, inputs = read_job(args.job)
     except ValueError as exc:
         print(json.dumps({"event": "error", "rank": None, "message": str(exc)}), flush=True)
         print(f"twin: {exc}", file=sys.stderr)
@@ -444,11 +349,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = run_twin(
-            args.spec,
+            spec,
             config,
-            calibration=args.calibration,
-            seed=args.seed,
-            num_requests=args.requests,
+            calibration=inputs.calibration,
+            seed=inputs.seed,
+            num_requests=inputs.requests,
             on_progress=emit,
         )
     except TwinRankError as exc:

@@ -26,10 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.twin.config import BATCH_IS_FULL_RULES, FINISHED_FILTER_RULES
+from dpbench.schema import SchemaError, from_dict, replace, to_dict
+from dpbench.twin.config import TwinConfig, TwinConfigError, make_config
 from dpbench.twin.stats import bimodality, multimodal, paired
 
 WALL_METRICS = frozenset({"passes_per_s", "scheduler_pass_us_p50", "pass_wall_over_rank_work"})
+
+
+def arm_base_config(modes: dict[str, Any] | None = None) -> TwinConfig:
+    """An arm's config before the grid sets DP and chunk size: in-process ranks, no timeline."""
+    return make_config(
+        rank_mode="threads", record_timeline=False, deadline_s=3600.0, **(modes or {})
+    )
 
 
 def sweep_release(
@@ -39,38 +47,17 @@ def sweep_release(
     dps: list[int],
     chunks: list[int],
     requests: int | None,
-    hide_delayer_from_chunked_req: bool = False,
-    radix_cache: bool = True,
-    overlap_schedule: bool = True,
-    schedule_conservativeness: float | None = None,
-    cost_topology: str = "per-rank-gpu",
-    batch_is_full_rule: str | None = None,
-    chunk_merge_resets_batch_is_full: bool = True,
-    finished_filter_rule: str | None = None,
+    base: TwinConfig | None = None,
     on_run: Any = None,
 ) -> dict[str, Any]:
-    from dpbench.twin.config import build_config
     from dpbench.twin.run import run_twin
 
+    base = base or arm_base_config()
     runs = []
     info: dict[str, Any] | None = None
     for dp in dps:
         for chunk in chunks:
-            config = build_config(
-                dp=dp,
-                chunked_prefill_size=chunk,
-                hide_delayer_from_chunked_req=hide_delayer_from_chunked_req,
-                radix_cache=radix_cache,
-                overlap_schedule=overlap_schedule,
-                schedule_conservativeness=schedule_conservativeness,
-                cost_topology=cost_topology,
-                batch_is_full_rule=batch_is_full_rule,
-                chunk_merge_resets_batch_is_full=chunk_merge_resets_batch_is_full,
-                finished_filter_rule=finished_filter_rule,
-                rank_mode="threads",
-                timeline=False,
-                deadline=3600,
-            )
+            config = replace(base, dp_size=dp, chunked_prefill_size=chunk)
             for seed in seeds:
                 t0 = time.perf_counter()
                 result = run_twin(spec, config, seed=seed, num_requests=requests)
@@ -101,14 +88,7 @@ def sweep_release(
             "dp": dps,
             "chunked_prefill_size": chunks,
             "requests": requests,
-            "hide_delayer_from_chunked_req": hide_delayer_from_chunked_req,
-            "radix_cache": radix_cache,
-            "overlap_schedule": overlap_schedule,
-            "schedule_conservativeness": schedule_conservativeness,
-            "cost_topology": cost_topology,
-            "batch_is_full_rule": batch_is_full_rule,
-            "chunk_merge_resets_batch_is_full": chunk_merge_resets_batch_is_full,
-            "finished_filter_rule": finished_filter_rule,
+            "config": to_dict(base),  # the arm's TwinConfig; the grid sets dp_size and chunk size
         },
         "runs": runs,
     }
@@ -149,31 +129,48 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _ints(text: str) -> list[int]:
+SWEEP_JOB_KEYS = ("spec", "seeds", "dps", "chunks", "requests", "config")
+
+
+def write_sweep_job(
+    path: Path,
+    *,
+    spec: str,
+    seeds: list[int],
+    dps: list[int],
+    chunks: list[int],
+    requests: int | None,
+    base: TwinConfig,
+) -> Path:
+    """The arm process's job file: the grid and the arm's config (the schema, as JSON)."""
+    from dpbench.atomic import write_json
+
+    job = dict(
+        zip(SWEEP_JOB_KEYS, (spec, seeds, dps, chunks, requests, to_dict(base)), strict=True)
+    )
+    write_json(path, job)
+    return path
+
+
+def read_sweep_job(path: str | Path) -> dict[str, Any]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
+        job = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TwinConfigError(f"sweep job {path}: cannot read it as JSON ({exc})") from exc
+    if not isinstance(job, dict) or set(job) != set(SWEEP_JOB_KEYS):
+        raise TwinConfigError(
+            f"sweep job {path}: want exactly the keys {', '.join(SWEEP_JOB_KEYS)}"
+        )
+    try:
+        job["config"] = from_dict(TwinConfig, job["config"], where=f"{path}: config")
+    except (SchemaError, TypeError) as exc:
+        raise TwinConfigError(str(exc)) from None
+    return job
 
 
 def parser() -> argparse.ArgumentParser:
-    """The arm process's flags: every sweep arm mode (``dpbench.twin.cli.ARM_*``) must parse here."""
     p = argparse.ArgumentParser(prog="python -m dpbench.twin.sweep")
-    p.add_argument("spec")
-    p.add_argument("--seeds", type=_ints, required=True)
-    p.add_argument("--dp", type=_ints, required=True)
-    p.add_argument("--chunked-prefill-size", type=_ints, required=True)
-    p.add_argument("--requests", type=int, default=None)
-    p.add_argument("--hide-delayer-from-chunked-req", action="store_true")
-    p.add_argument("--no-chunk-merge-reset", action="store_true")
-    p.add_argument("--finished-filter-rule", choices=FINISHED_FILTER_RULES, default=None)
-    p.add_argument("--disable-radix-cache", action="store_true")
-    p.add_argument("--disable-overlap-schedule", action="store_true")
-    p.add_argument("--schedule-conservativeness", type=float, default=None)
-    p.add_argument("--cost-topology", default="per-rank-gpu")
-    p.add_argument("--batch-is-full-rule", choices=BATCH_IS_FULL_RULES, default=None)
+    p.add_argument("job", help="a sweep job file (write_sweep_job)")
     p.add_argument("-o", "--output", required=True)
     return p
 
@@ -186,20 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     def emit(done: int, total: int) -> None:
         print(json.dumps({"event": "progress", "done": done, "total": total}), flush=True)
 
+    job = read_sweep_job(args.job)
     out = sweep_release(
-        args.spec,
-        seeds=args.seeds,
-        dps=args.dp,
-        chunks=args.chunked_prefill_size,
-        requests=args.requests,
-        hide_delayer_from_chunked_req=args.hide_delayer_from_chunked_req,
-        chunk_merge_resets_batch_is_full=not args.no_chunk_merge_reset,
-        finished_filter_rule=args.finished_filter_rule,
-        radix_cache=not args.disable_radix_cache,
-        overlap_schedule=not args.disable_overlap_schedule,
-        schedule_conservativeness=args.schedule_conservativeness,
-        cost_topology=args.cost_topology,
-        batch_is_full_rule=args.batch_is_full_rule,
+        job["spec"],
+        seeds=job["seeds"],
+        dps=job["dps"],
+        chunks=job["chunks"],
+        requests=job["requests"],
+        base=job["config"],
         on_run=emit,
     )
     write_json(Path(args.output), out)

@@ -451,7 +451,7 @@ def record_pass(original: Any, module: ModuleType) -> Any:
     """Record every scheduler pass with work (:class:`PassRecorder`), and time the passes that
     ran no batch on any rank while this rank had requests waiting (the delayer holding them
     back): how long SGLang's event loop takes to come round when no forward runs, the twin's
-    ``--idle-pass-ms``."""
+    ``--idle-pass-s``."""
     started: list[float] = []
     recorder = PassRecorder()
     sig = inspect.signature(original)
