@@ -17,13 +17,12 @@ FIDELITY_CHUNKED_PREFILL = 8192
 
 
 def require_cuda(n: int = 1) -> int:
-    """Skip (asv: NotImplementedError in setup) unless at least ``n`` CUDA GPUs are visible."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise NotImplementedError(
-            f"needs ≥{n} CUDA GPU(s); torch is not importable ({exc})"
-        ) from exc
+    """Skip (asv: NotImplementedError in setup) unless at least ``n`` CUDA GPUs are visible.
+
+    torch failing to import is a broken environment (every tier's environment has it), so it
+    propagates and fails the benchmark: only missing hardware skips."""
+    import torch
+
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if found < n:
         raise NotImplementedError(f"needs ≥{n} CUDA GPU(s); found {found}")
@@ -35,8 +34,8 @@ def require_sglang(components: tuple[str, ...] = ("adder", "delayer")) -> dict[s
 
     ``components`` names what the benchmark drives (see ``generations.COMPONENTS``): a
     release whose delayer changed can still run benchmarks that only drive the adder. An
-    SGLang whose scheduler does not import is reported by detection as unsupported (its
-    message names the import error); any other error propagates and fails the benchmark.
+    SGLang whose own module or name is missing is an unsupported shape (a skip, naming it); any
+    other import failure (``detect.BrokenEnvironment``) or error propagates and fails the benchmark.
     """
     from dpbench.sglang_compat.detect import UnsupportedSGLang
     from dpbench.sglang_compat.provenance import provenance
@@ -92,3 +91,50 @@ def optional_metric(result: dict[str, Any], name: str) -> float:
     """
     found = result.get("metrics", {}).get(name)
     return float("nan") if found is None else found["value"]
+
+
+class SettingFailed(RuntimeError):
+    """One setting of a benchmark class's cache failed; the others were kept."""
+
+
+def cache_settings(settings: Any) -> dict[str, Any]:
+    """``{key: what run() returned}`` over ``settings`` (``(key, run)`` pairs), one at a time.
+
+    A setting that fails is recorded as ``{"error": …}`` and the next ones still run; an
+    unsupported API shape (``UnsupportedSGLang``, raised by the release, not by this suite)
+    is recorded as ``{"skip": …}`` for that setting and every later one (the same SGLang
+    will not grow the shape back). Completed settings are always kept. :func:`cached`
+    turns an entry back into its benchmark's outcome: a result, a skip, or a failure.
+    """
+    import traceback
+
+    from dpbench.sglang_compat.detect import UnsupportedSGLang
+
+    out: dict[str, Any] = {}
+    skip: str | None = None
+    for key, run in settings:
+        if skip is not None:
+            out[key] = {"skip": skip}
+            continue
+        try:
+            out[key] = run()
+        except UnsupportedSGLang as exc:
+            skip = str(exc)
+            out[key] = {"skip": skip}
+        except Exception as exc:
+            tail = "".join(traceback.format_exception(exc)[-6:])
+            out[key] = {"error": f"{type(exc).__name__}: {exc}\n{tail}"}
+    return out
+
+
+def cached(cache: dict[str, Any], key: str) -> dict[str, Any]:
+    """A setting's entry from :func:`cache_settings`: the whole cache's skip, the setting's
+    skip (asv: skipped), its failure (asv: failed, with the original error), or its result."""
+    if "skip" in cache and isinstance(cache["skip"], str):
+        raise NotImplementedError(cache["skip"])
+    entry = cache[key]
+    if "skip" in entry:
+        raise NotImplementedError(entry["skip"])
+    if "error" in entry:
+        raise SettingFailed(f"setting {key} failed in setup_cache: {entry['error']}")
+    return entry

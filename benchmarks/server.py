@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal, get_args
 
 from .common import (
     FIDELITY_CHUNKED_PREFILL,
+    cache_settings,
+    cached,
     delayer_metric,
     metric,
     optional_metric,
@@ -76,35 +78,31 @@ class ServeThroughput:
         except NotImplementedError as exc:
             return {"skip": str(exc)}
         from dpbench.server.run import RunOptions, execute, prepare
-        from dpbench.sglang_compat.detect import UnsupportedSGLang
 
-        out: dict[str, Any] = {}
-        for workload in get_args(Workload):
-            for dp in get_args(DpSize):
-                for delayer in get_args(DelayerMode):
-                    key = _key(workload, dp, delayer)
-                    opts = RunOptions(
-                        spec=workload,
-                        tp_size=tp,
-                        dp_size=dp,
-                        delayer=delayer == "on",
-                        model_path=os.environ.get("DPBENCH_SERVER_MODEL") or None,
-                        python=sys.executable,
-                    )
-                    try:
-                        result = execute(prepare(opts))
-                    except UnsupportedSGLang as exc:  # an API shape this suite cannot drive
-                        return {"skip": str(exc)}
-                    save_run("server", key, result)
-                    out[key] = {"metrics": result["metrics"]}
-        return out
+        def one(workload: str, dp: int, delayer: str) -> dict[str, Any]:
+            opts = RunOptions(
+                spec=workload,
+                tp_size=tp,
+                dp_size=dp,
+                delayer=delayer == "on",
+                model_path=os.environ.get("DPBENCH_SERVER_MODEL") or None,
+                python=sys.executable,
+            )
+            result = execute(prepare(opts))
+            save_run("server", _key(workload, dp, delayer), result)
+            return {"metrics": result["metrics"]}
+
+        return cache_settings(
+            (_key(w, dp, d), lambda w=w, dp=dp, d=d: one(w, dp, d))
+            for w in get_args(Workload)
+            for dp in get_args(DpSize)
+            for d in get_args(DelayerMode)
+        )
 
     setup_cache.timeout = 14400
 
     def setup(self, cache: dict[str, Any], workload: str, dp_size: int, delayer: str) -> None:
-        if "skip" in cache:
-            raise NotImplementedError(cache["skip"])
-        self.result = cache[_key(workload, dp_size, delayer)]
+        self.result = cached(cache, _key(workload, dp_size, delayer))
 
     def _m(self, name: str) -> float:
         return metric(self.result, name)
@@ -321,41 +319,38 @@ class SimulatedRooflineServe:
     def setup_cache(self) -> dict[str, Any]:
         from dpbench import faults
         from dpbench.server.run import RunOptions, execute, prepare
-        from dpbench.sglang_compat.detect import UnsupportedSGLang
 
         faults.inject_if_requested("server-sim")
         try:
             _require_hookable()
         except NotImplementedError as exc:
             return {"skip": str(exc)}
-        out: dict[str, Any] = {}
-        for spec in get_args(SimSpec):
-            for dp in SIM_DP_SIZES:
-                for delayer in get_args(DelayerMode):
-                    key = _sim_key(spec, dp, delayer)
-                    opts = RunOptions(
-                        spec=spec,
-                        dp_size=dp,
-                        delayer=delayer == "on",
-                        simulate_forward=True,
-                        chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
-                        python=sys.executable,
-                        check_gpus=False,
-                    )
-                    try:
-                        result = execute(prepare(opts))
-                    except UnsupportedSGLang as exc:
-                        return {"skip": str(exc)}
-                    save_run("server", key, result)
-                    out[key] = {"metrics": result["metrics"]}
-        return out
+
+        def one(spec: str, dp: int, delayer: str) -> dict[str, Any]:
+            opts = RunOptions(
+                spec=spec,
+                dp_size=dp,
+                delayer=delayer == "on",
+                simulate_forward=True,
+                chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
+                python=sys.executable,
+                check_gpus=False,
+            )
+            result = execute(prepare(opts))
+            save_run("server", _sim_key(spec, dp, delayer), result)
+            return {"metrics": result["metrics"]}
+
+        return cache_settings(
+            (_sim_key(s, dp, d), lambda s=s, dp=dp, d=d: one(s, dp, d))
+            for s in get_args(SimSpec)
+            for dp in SIM_DP_SIZES
+            for d in get_args(DelayerMode)
+        )
 
     setup_cache.timeout = 3600
 
     def setup(self, cache: dict[str, Any], spec: str, dp_size: int, delayer: str) -> None:
-        if "skip" in cache:
-            raise NotImplementedError(cache["skip"])
-        self.result = cache[_sim_key(spec, dp_size, delayer)]
+        self.result = cached(cache, _sim_key(spec, dp_size, delayer))
         self.delayer = delayer
 
     def _m(self, name: str) -> float:

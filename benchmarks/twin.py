@@ -11,11 +11,14 @@ whose API shape is unsupported skips.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, ClassVar, Literal, get_args
 
 from .common import (
     FIDELITY_CHUNKED_PREFILL,
     FIDELITY_SPEC,
+    cache_settings,
+    cached,
     delayer_metric,
     metric,
     require_sglang,
@@ -81,6 +84,10 @@ def _run(
     return run_twin(spec, config, num_requests=requests, seed=seed)
 
 
+def _scenario_key(spec: str, dp: int, delayer: str) -> str:
+    return f"server-scenario-{spec}-dp{dp}-delayer_{delayer}"
+
+
 class TwinHighKV:
     """Per (spec, DP size, chunk size, delayer), over SEEDS: DP-mixed steps, decode-rank time beside
     prefill, false reports, delayer verdicts, simulated TTFT/throughput.
@@ -108,31 +115,27 @@ class TwinHighKV:
             require_sglang(TWIN_COMPONENTS)
         except NotImplementedError as exc:
             return {"skip": str(exc)}
-        out: dict[str, Any] = {}
-        for spec in get_args(SpecName):
-            for dp in get_args(DpSize):
-                for chunk in get_args(ChunkedPrefill):
-                    for delayer in get_args(DelayerMode):
-                        for seed in SEEDS:
-                            key = _key(spec, dp, chunk, delayer, seed)
-                            result = _run(
-                                spec,
-                                dp,
-                                delayer,
-                                HIGH_KV_REQUESTS,
-                                chunk=CHUNK_SIZES[chunk],
-                                seed=seed,
-                            )
-                            save_run("twin", key, result)
-                            out[key] = {"metrics": result["metrics"]}
-        return out
+
+        def one(spec: str, dp: int, chunk: str, delayer: str, seed: int) -> dict[str, Any]:
+            result = _run(spec, dp, delayer, HIGH_KV_REQUESTS, chunk=CHUNK_SIZES[chunk], seed=seed)
+            save_run("twin", _key(spec, dp, chunk, delayer, seed), result)
+            return {"metrics": result["metrics"]}
+
+        return cache_settings(
+            (_key(*k), lambda k=k: one(*k))
+            for k in itertools.product(
+                get_args(SpecName),
+                get_args(DpSize),
+                get_args(ChunkedPrefill),
+                get_args(DelayerMode),
+                SEEDS,
+            )
+        )
 
     setup_cache.timeout = 7200
 
     def setup(self, cache, spec, dp_size, chunked_prefill, delayer) -> None:
-        if "skip" in cache:
-            raise NotImplementedError(cache["skip"])
-        self.runs = [cache[_key(spec, dp_size, chunked_prefill, delayer, s)] for s in SEEDS]
+        self.runs = [cached(cache, _key(spec, dp_size, chunked_prefill, delayer, s)) for s in SEEDS]
         self.delayer = delayer
 
     def _m(self, name: str) -> Any:
@@ -236,30 +239,31 @@ class TwinOnServerScenario(TwinHighKV):
             require_sglang(TWIN_COMPONENTS)
         except NotImplementedError as exc:
             return {"skip": str(exc)}
-        out: dict[str, Any] = {}
-        for dp in get_args(FidelityDp):
-            for delayer in get_args(DelayerMode):
-                config = make_config(
-                    dp_size=dp,
-                    tp_size=dp,
-                    enable_prefill_delayer=delayer == "on",
-                    chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
-                    rank_mode="threads",
-                    record_timeline=False,
-                    deadline_s=900.0,
-                )
-                result = run_twin(FIDELITY_SPEC, config)
-                key = f"server-scenario-{FIDELITY_SPEC}-dp{dp}-delayer_{delayer}"
-                save_run("twin", key, result)
-                out[key] = result
-        return out
+
+        def one(dp: int, delayer: str) -> dict[str, Any]:
+            config = make_config(
+                dp_size=dp,
+                tp_size=dp,
+                enable_prefill_delayer=delayer == "on",
+                chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
+                rank_mode="threads",
+                record_timeline=False,
+                deadline_s=900.0,
+            )
+            result = run_twin(FIDELITY_SPEC, config)
+            save_run("twin", _scenario_key(FIDELITY_SPEC, dp, delayer), result)
+            return result
+
+        return cache_settings(
+            (_scenario_key(FIDELITY_SPEC, dp, d), lambda dp=dp, d=d: one(dp, d))
+            for dp in get_args(FidelityDp)
+            for d in get_args(DelayerMode)
+        )
 
     setup_cache.timeout = 1800
 
     def setup(self, cache, spec, dp_size, delayer) -> None:
-        if "skip" in cache:
-            raise NotImplementedError(cache["skip"])
-        self.result = cache[f"server-scenario-{spec}-dp{dp_size}-delayer_{delayer}"]
+        self.result = cached(cache, _scenario_key(spec, dp_size, delayer))
         self.delayer = delayer
 
     def _m(self, name: str) -> Any:

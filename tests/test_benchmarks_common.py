@@ -27,3 +27,36 @@ def test_a_delayer_on_run_missing_a_delayer_metric_fails_naming_it():
 def test_a_delayer_metric_in_a_delayer_off_run_is_an_error():
     with pytest.raises(KeyError, match="delayer-off run"):
         delayer_metric(_result(delayer_delay_count=3), "delayer_delay_count", "off")
+
+
+def test_completed_settings_are_kept_when_a_later_one_fails_or_is_unsupported():
+    """One failing setting fails only its benchmark; an unsupported shape skips it and the rest;
+    what ran before either is kept (asv reads it as usual)."""
+    from benchmarks.common import SettingFailed, cache_settings, cached
+    from dpbench.sglang_compat.detect import UnsupportedSGLang
+
+    ran: list[str] = []
+
+    def ok(key):
+        ran.append(key)
+        return {"metrics": {"m": {"value": 1.0}}}
+
+    def boom():
+        raise KeyError("a metric the run should have produced")
+
+    def unsupported():
+        raise UnsupportedSGLang("SGLang 9.9: PrefillAdder.add_one_req has no known shape")
+
+    cache = cache_settings(
+        [("a", lambda: ok("a")), ("b", boom), ("c", lambda: ok("c")), ("d", unsupported),
+         ("e", lambda: ok("e"))]
+    )  # fmt: skip
+    assert ran == ["a", "c"]  # e never ran: the same SGLang keeps the unknown shape
+    assert cached(cache, "a") == cached(cache, "c") == {"metrics": {"m": {"value": 1.0}}}
+    with pytest.raises(SettingFailed, match=r"setting b failed.*KeyError.*should have produced"):
+        cached(cache, "b")
+    for key in ("d", "e"):
+        with pytest.raises(NotImplementedError, match="no known shape"):
+            cached(cache, key)
+    with pytest.raises(NotImplementedError, match="needs 2 GPUs"):
+        cached({"skip": "needs 2 GPUs"}, "a")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import linecache
+import re
 import subprocess
 import textwrap
 from types import SimpleNamespace
@@ -283,3 +284,36 @@ def test_real_release_with_a_changed_signature_is_refused_by_the_probe(release_e
     assert (
         "known: common (req, has_chunked_req, truncation_align_size; 0.5.14-0.5.23)" in proc.stderr
     )
+
+
+@pytest.mark.parametrize(
+    "exc, kind, needle",
+    [
+        (ModuleNotFoundError("No module named 'sglang.srt.managers.schedule_policy'",
+                             name="sglang.srt.managers.schedule_policy"),
+         "UnsupportedSGLang", "SGLang has no module sglang.srt.managers.schedule_policy"),
+        (ImportError("cannot import name 'PrefillAdder' from 'sglang.srt.managers.schedule_policy'",
+                     name="sglang.srt.managers.schedule_policy"),
+         "UnsupportedSGLang", "lacks a name the suite drives"),
+        (ModuleNotFoundError("No module named 'torchvision'", name="torchvision"),
+         "BrokenEnvironment", "torchvision"),
+        (ModuleNotFoundError("No module named 'sglang'", name="sglang"),
+         "BrokenEnvironment", "SGLang is not installed"),
+        (ImportError("libcudart.so.12: cannot open shared object file", name="sgl_kernel"),
+         "BrokenEnvironment", "libcudart"),
+    ],
+)  # fmt: skip
+def test_only_sglangs_own_missing_modules_are_an_unsupported_shape(monkeypatch, exc, kind, needle):
+    """A broken environment (SGLang absent, a dependency failing) fails; only a module or name of
+    SGLang's own that is not there is an API shape the suite does not know (a skip)."""
+    from dpbench.sglang_compat import detect as d
+
+    def load():
+        raise exc
+
+    monkeypatch.setattr(d, "load_api", load)
+    monkeypatch.setattr(d, "_INSTALLED", {})
+    with pytest.raises(getattr(d, kind), match=re.escape(needle)):
+        d.detect()
+    assert issubclass(d.BrokenEnvironment, RuntimeError)
+    assert not issubclass(d.BrokenEnvironment, d.UnsupportedSGLang)

@@ -84,6 +84,9 @@ def test_the_rank_cost_charges_a_rank_its_own_attention_and_everyones_moe():
     alone = cost(idle, [0, 0], 1)
     assert prefilling > beside > alone > 0
     assert cost(extend, [2048, 0], 0) == prefilling  # deterministic
+    # a rank's tokens missing from SGLang's gather is an error, never 0 tokens
+    with pytest.raises(ValueError, match="1 entries for 2 DP ranks"):
+        cost(idle, [2048], 1)
 
 
 def test_the_start_up_module_does_nothing_without_the_config_variable():

@@ -152,10 +152,21 @@ def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "version, batch_is_full, finished_filter",
-    [("0.5.16", "always", "at_decode"), ("0.5.23", "if_admitted_or_running", "every_pass")],
+    "version, batch_is_full, finished_filter, skip, tracker",
+    [
+        ("0.5.16", "always", "at_decode", False, "NewTokenRatioTracker.from_server_args"),
+        (
+            "0.5.23",
+            "if_admitted_or_running",
+            "every_pass",
+            True,
+            "NewTokenRatioTracker.from_config",
+        ),
+    ],
 )
-def test_scheduler_defaults_come_from_the_release(runs, version, batch_is_full, finished_filter):
+def test_scheduler_defaults_come_from_the_release(
+    runs, version, batch_is_full, finished_filter, skip, tracker
+):
     """SGLang's own DP-attention resolution: conservativeness ×0.3, chunk ÷ DP size, ratio from its envs."""
     d = runs[version]["extra"]["scheduler_defaults"]
     assert d["dp_size"] == 2 and d["tp_size"] == 8
@@ -165,6 +176,8 @@ def test_scheduler_defaults_come_from_the_release(runs, version, batch_is_full, 
     assert d["min_new_token_ratio"] < d["init_new_token_ratio"]
     assert d["batch_is_full_on_no_token"] == batch_is_full
     assert d["finished_filter"] == finished_filter  # when finished requests leave the running batch
+    assert d["skip_finishing_decode"] is skip  # 0.5.23: finishing requests sit the decode out
+    assert d["sources"]["new_token_ratio"] == tracker  # the release's own tracker, not a formula
     assert d["radix_cache_default"] and d["overlap_schedule_default"]
     assert "radix cache on" in " ".join(runs[version]["notes"])
 

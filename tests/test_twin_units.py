@@ -467,3 +467,24 @@ def test_replayed_arrivals_read_from_a_server_result(tmp_path):
         json.dumps({"extra": {"scheduler_arrivals": {"r0": [0.3, 1], "r1": [0.05, 0]}}})
     )
     assert load_replay(str(path), _trace(2), 2) == {"r0": (0.3, 1), "r1": (0.05, 0)}
+
+
+def test_skip_finishing_decode_is_read_off_update_running_batch():
+    """0.5.23's overlap loop leaves requests finishing in flight out of the next decode (and skips
+    a decode that does not fit while they hold KV); 0.5.16/0.5.17 decode them once more."""
+    from dpbench.sglang_compat import scheduling
+
+    new = (
+        "def event_loop_overlap(self):\n        self.enable_skip_finishing_decode = True\n"
+        "def _reqs_finishing_inflight(self, batch):\n    return []\n"
+        "def update_running_batch(self, batch):\n"
+        "        finishing_reqs = self._reqs_finishing_inflight(batch)\n"
+        "        batch.filter_batch(reqs_to_exclude=finishing_reqs)\n"
+    )
+    old = "def update_running_batch(self, batch):\n    batch.filter_batch()\n"
+    assert scheduling.skip_finishing_decode_rule(new) is True
+    assert scheduling.skip_finishing_decode_rule(old) is False
+    half = "def _reqs_finishing_inflight(self, batch):\n    return []\n" + old
+    with pytest.raises(scheduling.UnsupportedSGLang, match="not both"):
+        scheduling.skip_finishing_decode_rule(half)
+    assert make_config(skip_finishing_decode=False).scheduler.skip_finishing_decode is False

@@ -46,14 +46,6 @@ TWIN_BENCH = r"^twin\."
 SERVER_SIM_BENCH = r"^server\.\w*Simulated"
 # the simulated server runs on these of choose_heavy's picks (its start-ups cost ~1 min each)
 SERVER_SIM_PICKS = ("last early", "first post-kv", "newest")
-# asv's line for a benchmark that failed, in its own setup/run or because its class's
-# setup_cache raised (asv then "skips" every benchmark of the class; it is a failure):
-# "[ 50.00%] ··· placement.Placement.track_x   failed"
-# "[ 58.33%] ··· placement.Placement.track_x skipped (setup_cache failed)"
-FAILED_LINE = re.compile(
-    r"···\s+([a-z_]\w*(?:\.\w+)+)\s.*?\b(?:failed|skipped \(setup_cache failed\))\s*$"
-)
-
 console = Console(stderr=True)
 
 
@@ -72,23 +64,19 @@ def _run(
     check: bool = True,
     quiet: bool = False,
     drop: re.Pattern[str] | None = None,
-    watch: list[str] | None = None,
 ) -> int:
     """Run a step in its own process group, streaming its output; reap it on Ctrl-C.
 
-    ``quiet`` discards its stdout; ``drop`` filters out the stdout lines it matches;
-    ``watch`` collects the names of benchmarks asv reports as failed.
+    ``quiet`` discards its stdout; ``drop`` filters out the stdout lines it matches.
     """
     console.print(f"[bold cyan]$[/] {' '.join(cmd)}")
-    piped = drop is not None or watch is not None
+    piped = drop is not None
     out = subprocess.DEVNULL if quiet else (subprocess.PIPE if piped else None)
     proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, stdout=out, text=piped)
     try:
         if piped:
             assert proc.stdout is not None
             for line in proc.stdout:
-                if watch is not None and (m := FAILED_LINE.search(line)):
-                    watch.append(m.group(1))
                 if drop is None or not drop.search(line):
                     sys.stdout.write(line)
                     sys.stdout.flush()
@@ -183,6 +171,32 @@ def compare_pair(
     return (rows[0], rows[1]) if len(rows) > 1 else None
 
 
+def failed_benchmarks(results_root: Path, commits: list[str], bench: str) -> list[str]:
+    """``name (commit)`` of every benchmark matching ``bench`` that asv recorded as failed for one
+    of ``commits`` on this machine, read from asv's own result files: a failed parameter
+    combination is stored as null (a skip is NaN, a value a number). A benchmark class whose
+    ``setup_cache`` raised has all its combinations null, so it is named too."""
+    from asv.machine import Machine
+    from asv.results import iter_results_for_machine
+
+    pattern = re.compile(bench)
+    wanted = set(commits)
+    out: list[str] = []
+    machine = Machine.get_unique_machine_name()
+    if not (results_root / machine).is_dir():
+        return out
+    for res in iter_results_for_machine(str(results_root), machine):
+        if res.commit_hash not in wanted:
+            continue
+        for name in sorted(res.get_all_result_keys()):
+            if not pattern.search(name):
+                continue
+            values = res._results.get(name)  # asv's stored list, one per parameter combination
+            if values is None or any(v is None for v in values):
+                out.append(f"{name} ({res.commit_hash[:8]})")
+    return out
+
+
 def _asv_run(
     asv: list[str],
     conf: list[str],
@@ -190,10 +204,12 @@ def _asv_run(
     commits: list[str],
     *,
     root: Path,
+    results_root: Path,
     rerun: bool,
     failed: list[str],
 ) -> int:
-    """One ``asv run`` of ``bench`` over ``commits`` (a HASHFILE); failed benchmark names go to ``failed``."""
+    """One ``asv run`` of ``bench`` over ``commits`` (a HASHFILE); the benchmarks asv's result
+    files record as failed go to ``failed``."""
     with tempfile.NamedTemporaryFile("w", suffix=".hashes", delete=False) as fh:
         fh.write("\n".join(commits) + "\n")
         hashfile = fh.name
@@ -201,9 +217,11 @@ def _asv_run(
     if not rerun:
         run.append("--skip-existing-successful")  # failed ones are retried
     try:
-        return _run([*run, f"HASHFILE:{hashfile}"], cwd=root, check=False, watch=failed)
+        rc = _run([*run, f"HASHFILE:{hashfile}"], cwd=root, check=False)
     finally:
         os.unlink(hashfile)
+    failed += failed_benchmarks(results_root, commits, bench)
+    return rc
 
 
 _VERSIONS_HELP = (
@@ -267,11 +285,31 @@ def bench_command(
     rcs: list[int] = []
     commits = [c for _, c in selected]
     if bench:
-        rcs.append(_asv_run(asv, conf, bench, commits, root=root, rerun=rerun, failed=failed))
+        rcs.append(
+            _asv_run(
+                asv,
+                conf,
+                bench,
+                commits,
+                root=root,
+                results_root=results_root,
+                rerun=rerun,
+                failed=failed,
+            )
+        )
     else:
         console.print(f"[bold]placement tier[/] over {len(commits)} release(s)")
         rcs.append(
-            _asv_run(asv, conf, PLACEMENT_BENCH, commits, root=root, rerun=rerun, failed=failed)
+            _asv_run(
+                asv,
+                conf,
+                PLACEMENT_BENCH,
+                commits,
+                root=root,
+                results_root=results_root,
+                rerun=rerun,
+                failed=failed,
+            )
         )
         heavy = choose_heavy(selected, placement_labels(results_root, commits))
         served = server_sim_releases(heavy)
@@ -291,6 +329,7 @@ def bench_command(
                     regex,
                     [c for _, c, _ in picks],
                     root=root,
+                    results_root=results_root,
                     rerun=rerun,
                     failed=failed,
                 )

@@ -257,26 +257,20 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
     plan_info: dict[str, Any] | None = None
     max_total_tokens = None
     if opts.use_kv_plan:
-        try:
-            from dpbench.workload.planner import plan_kv
-        except ImportError:
-            notes.append(
-                "KV plan unavailable (dpbench.workload.planner missing): --max-total-tokens left to SGLang"
+        from dpbench.workload.planner import plan_kv
+
+        plan = plan_kv(spec, trace, dp_size=dp, dispatch=spec.planner.dispatch)
+        max_total_tokens = int(plan.max_total_tokens_per_rank)
+        plan_info = {
+            k: getattr(plan, k)
+            for k in (
+                "bytes_per_token",
+                "peak_tokens_per_rank",
+                "max_total_tokens_per_rank",
+                "gib_per_rank",
+                "target_util",
             )
-        else:
-            plan = plan_kv(spec, trace, dp_size=dp, dispatch=spec.planner.dispatch)
-            max_total_tokens = int(plan.max_total_tokens_per_rank)
-            plan_info = {
-                k: getattr(plan, k)
-                for k in (
-                    "bytes_per_token",
-                    "peak_tokens_per_rank",
-                    "max_total_tokens_per_rank",
-                    "gib_per_rank",
-                    "target_util",
-                )
-                if hasattr(plan, k)
-            }
+        }
     python = release_python(opts.sglang) if opts.sglang else (opts.python or sys.executable)
     extra_args = tuple(opts.extra_args)
     tp_size = opts.tp_size

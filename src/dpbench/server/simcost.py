@@ -32,13 +32,17 @@ def rank_cost(model: str, dp_size: int, calibration: str | None = None) -> RankC
     cm = cost_model(model, dp_size, calibration)
 
     def cost(own: dict[str, Any], global_tokens: Sequence[int], rank: int) -> float:
+        if len(global_tokens) != dp_size:
+            raise ValueError(
+                f"global_num_tokens has {len(global_tokens)} entries for {dp_size} DP ranks: "
+                "the cost of a DP step needs every rank's tokens (a missing rank is not 0 tokens)"
+            )
         ranks = []
         for r in range(dp_size):
             if r == rank:
                 ranks.append(RankWork(**own))
             else:
-                tokens = int(global_tokens[r]) if r < len(global_tokens) else 0
-                ranks.append(RankWork("idle", new_tokens=tokens))
+                ranks.append(RankWork("idle", new_tokens=int(global_tokens[r])))
         return float(cm.step_time(ranks))
 
     return cost

@@ -42,6 +42,7 @@ __all__ = [
     "ADDER_KEYWORDS",
     "COMPONENTS",
     "GENERATIONS",
+    "BrokenEnvironment",
     "Generation",
     "UnsupportedSGLang",
     "detect",
@@ -49,6 +50,7 @@ __all__ = [
     "installed_version",
     "load_api",
     "observe",
+    "own_module_missing",
     "sglang_info",
     "variant",
 ]
@@ -294,16 +296,55 @@ def variant(key: str, api: Any | None = None) -> str:
 _INSTALLED: dict[str, Any] = {}
 
 
+class BrokenEnvironment(RuntimeError):
+    """SGLang's scheduler does not import for a reason that is not its API shape (SGLang itself
+    missing, a dependency missing or failing to import): a failure, never a skip."""
+
+
+def own_module_missing(exc: ImportError) -> bool:
+    """True when ``exc`` says a module or name of SGLang's own is not there (an API shape),
+    False for anything else (a dependency failing: a broken environment)."""
+    name = getattr(exc, "name", None) or ""
+    if not name.startswith("sglang."):
+        return False
+    return isinstance(exc, ModuleNotFoundError) or "cannot import name" in str(exc)
+
+
+def _import_failure(exc: ImportError) -> Exception:
+    """What an ImportError while importing SGLang's scheduler classes means.
+
+    Only a module or name *of SGLang's own* that is not there (``sglang.srt.…`` moved or
+    renamed: ``ModuleNotFoundError`` with ``name`` under ``sglang.``, or ``cannot import name X
+    from sglang.…``) is an API shape this suite does not know: :class:`UnsupportedSGLang`.
+    SGLang not installed at all, or any other module (torch, torchvision, a compiled
+    extension) failing, is a broken environment: :class:`BrokenEnvironment`.
+    """
+    name = getattr(exc, "name", None) or ""
+    own = name.startswith("sglang.")
+    if isinstance(exc, ModuleNotFoundError) and own:
+        return UnsupportedSGLang(
+            f"SGLang has no module {name} ({exc}); supported: "
+            + ", ".join(str(g) for g in GENERATIONS)
+        )
+    if not isinstance(exc, ModuleNotFoundError) and own and "cannot import name" in str(exc):
+        return UnsupportedSGLang(
+            f"SGLang's {name} lacks a name the suite drives ({exc}); supported: "
+            + ", ".join(str(g) for g in GENERATIONS)
+        )
+    what = "SGLang is not installed" if name == "sglang" else f"importing SGLang failed: {exc!r}"
+    return BrokenEnvironment(
+        f"{what} (a broken environment, not an unsupported SGLang: fix the install)"
+    )
+
+
 def _installed_api() -> Any:
-    """The installed SGLang's classes, imported once per process; UnsupportedSGLang if they do not import."""
+    """The installed SGLang's classes, imported once per process; UnsupportedSGLang if a module
+    or name of SGLang's own is missing, BrokenEnvironment for any other import failure."""
     if "api" not in _INSTALLED:
         try:
             _INSTALLED["api"] = load_api()
         except ImportError as exc:
-            raise UnsupportedSGLang(
-                f"cannot import SGLang's scheduler classes ({exc}); supported: "
-                + ", ".join(str(g) for g in GENERATIONS)
-            ) from exc
+            raise _import_failure(exc) from exc
     return _INSTALLED["api"]
 
 

@@ -41,13 +41,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import inspect
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dpbench.sglang_compat.detect import UnsupportedSGLang
+from dpbench.sglang_compat.detect import UnsupportedSGLang, own_module_missing
 
 BATCH_IS_FULL_ALWAYS = "always"
 BATCH_IS_FULL_IF_ADMITTED_OR_RUNNING = "if_admitted_or_running"
@@ -74,6 +75,7 @@ class SchedulerDefaults:
     retract_decode_steps: int
     batch_is_full_on_no_token: str
     finished_filter: str
+    skip_finishing_decode: bool
     overlap_schedule_default: bool
     radix_cache_default: bool
     sources: dict[str, str]
@@ -142,6 +144,29 @@ def finished_filter_rule(source: str | None = None) -> str:
     return FINISHED_FILTER_AT_DECODE
 
 
+def skip_finishing_decode_rule(source: str | None = None) -> bool:
+    """Whether the installed overlap scheduler leaves requests whose in-flight step emits their
+    last token out of the next decode (0.5.23: ``update_running_batch`` filters
+    ``_reqs_finishing_inflight`` and, when the decode does not fit while such requests exist,
+    skips the decode instead of retracting), read from ``scheduler.py``'s source."""
+    text = _scheduler_source() if source is None else source
+    if "def update_running_batch" not in text:
+        raise UnsupportedSGLang(
+            "scheduler.py has no update_running_batch; cannot tell how it decodes finishing requests"
+        )
+    has = "def _reqs_finishing_inflight" in text
+    used = (
+        "reqs_to_exclude=finishing_reqs" in text
+        and "self.enable_skip_finishing_decode = True" in text
+    )
+    if has != used:
+        raise UnsupportedSGLang(
+            "scheduler.py defines or uses _reqs_finishing_inflight but not both as 0.5.23 does; "
+            "cannot tell whether its overlap loop skips finishing requests' decode"
+        )
+    return has
+
+
 def _apply_dp_handler(args: Any) -> str:
     """Run the release's own DP-attention adjustment on ``args``; returns where it came from."""
     if getattr(args, "cuda_graph_config", "absent") is None:
@@ -156,6 +181,8 @@ def _apply_dp_handler(args: Any) -> str:
     try:
         hook = importlib.import_module("sglang.srt.arg_groups.parallel_hook")
     except ImportError as exc:
+        if not own_module_missing(exc):
+            raise
         raise UnsupportedSGLang(
             "ServerArgs has no _handle_data_parallelism and sglang.srt.arg_groups.parallel_hook is missing; "
             "cannot resolve the DP-attention scheduler defaults"
@@ -176,10 +203,13 @@ def _apply_dp_handler(args: Any) -> str:
 def _resolved(args: Any) -> Any:
     """``args`` as the release resolves it: its ``resolved_view`` where declared resolutions exist (0.5.23)."""
     try:
-        view = importlib.import_module("sglang.srt.arg_groups.parallel_hook").resolved_view
-    except (ImportError, AttributeError):
+        hook = importlib.import_module("sglang.srt.arg_groups.parallel_hook")
+    except ImportError as exc:
+        if not own_module_missing(exc):
+            raise  # a dependency failing is a broken environment, not an older layout
         return args
-    return view(args)
+    view = getattr(hook, "resolved_view", None)
+    return args if view is None else view(args)
 
 
 def resolve_scheduler_defaults(
@@ -217,16 +247,24 @@ def resolve_scheduler_defaults(
         mod = importlib.import_module(
             "sglang.srt.managers.scheduler_components.new_token_ratio_tracker"
         )
-        tracker_cls = mod.NewTokenRatioTracker
-        build = getattr(tracker_cls, "from_server_args", None) or getattr(
-            tracker_cls, "from_config", None
-        )
-        if build is not None:
+    except ImportError as exc:
+        if not own_module_missing(exc):
+            raise
+        mod = None  # older layout: the formula above over the release's envs is what the scheduler computes
+    tracker_cls = getattr(mod, "NewTokenRatioTracker", None)
+    build = getattr(tracker_cls, "from_server_args", None) or getattr(
+        tracker_cls, "from_config", None
+    )
+    if build is not None:
+        if inspect.signature(build).parameters:  # from_server_args(args) / from_config(args)
             t = build(resolved)
-            init, min_ratio, decay = float(t.init), float(t.min), float(t.decay)
-            tracker_source = f"NewTokenRatioTracker.{build.__name__}"
-    except (ImportError, AttributeError, TypeError):
-        pass  # older layout: the formula above over the release's envs is what the scheduler computes
+        else:  # 0.5.23: from_config() reads the process's runtime context (get_schedule())
+            from sglang.srt import runtime_context
+
+            runtime_context.publish(args, role="test")
+            t = build()
+        init, min_ratio, decay = float(t.init), float(t.min), float(t.decay)
+        tracker_source = f"NewTokenRatioTracker.{build.__name__}"
     return SchedulerDefaults(
         dp_size=dp_size,
         tp_size=tp_size,
@@ -239,6 +277,7 @@ def resolve_scheduler_defaults(
         retract_decode_steps=int(envs.SGLANG_RETRACT_DECODE_STEPS.get()),
         batch_is_full_on_no_token=batch_is_full_rule(),
         finished_filter=finished_filter_rule(),
+        skip_finishing_decode=skip_finishing_decode_rule(),
         overlap_schedule_default=not bool(resolved.disable_overlap_schedule),
         radix_cache_default=not bool(resolved.disable_radix_cache),
         sources={
@@ -247,6 +286,7 @@ def resolve_scheduler_defaults(
             "new_token_ratio": tracker_source,
             "batch_is_full_on_no_token": "scheduler.py source",
             "finished_filter": "scheduler.py source (get_next_batch_to_run)",
+            "skip_finishing_decode": "scheduler.py source (update_running_batch, event_loop_overlap)",
             "overlap_schedule_default": "ServerArgs.disable_overlap_schedule default",
             "radix_cache_default": "ServerArgs.disable_radix_cache default",
         },

@@ -109,20 +109,13 @@ def _run_here(
 ) -> None:
     from dpbench.results import save
     from dpbench.twin.ranks import TwinRankError
-    from dpbench.twin.run import run_twin
+    from dpbench.twin.run import run_job
 
     def progress(done: int, total: int, steps: int, sim: float) -> None:
         on_event({"event": "progress", "done": done, "total": total, "steps": steps, "sim_s": sim})
 
     try:
-        result = run_twin(
-            spec,
-            config,
-            calibration=inputs.calibration,
-            seed=inputs.seed,
-            num_requests=inputs.requests,
-            on_progress=progress,
-        )
+        result = run_job(spec, config, inputs, on_progress=progress)
     except (TwinRankError, ValueError) as exc:
         raise RuntimeError(str(exc)) from None
     save(output, result)

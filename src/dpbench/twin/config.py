@@ -89,6 +89,15 @@ class SchedulerSettings:
             "None: the release's own rule"
         },
     )
+    skip_finishing_decode: bool | None = field(
+        default=None,
+        metadata={
+            "help": "with the overlap scheduler, requests whose in-flight step emits their last "
+            "token sit out the next decode, and a decode that does not fit while they hold KV "
+            "is skipped rather than retracted (0.5.23's update_running_batch); None: the "
+            "release's own rule",
+        },
+    )
     chunk_merge_resets_batch_is_full: bool = field(
         default=True,
         metadata={

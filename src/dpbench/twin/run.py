@@ -25,7 +25,7 @@ import numpy as np
 from dpbench.procs import free_port
 from dpbench.schema import to_dict
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
-from dpbench.twin.config import TwinConfig, TwinConfigError
+from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 from dpbench.twin.cost import RankWork, make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
@@ -65,6 +65,12 @@ def prepare_release(config: TwinConfig) -> tuple[Any, dict[str, Any], SchedulerD
             defaults,
             batch_is_full_on_no_token=s.batch_is_full_rule,
             sources={**defaults.sources, "batch_is_full_on_no_token": "--batch-is-full-rule"},
+        )
+    if s.skip_finishing_decode is not None:
+        defaults = dataclasses.replace(
+            defaults,
+            skip_finishing_decode=s.skip_finishing_decode,
+            sources={**defaults.sources, "skip_finishing_decode": "--skip-finishing-decode"},
         )
     if s.finished_filter_rule is not None:
         defaults = dataclasses.replace(
@@ -309,6 +315,20 @@ def timeline(results: list[RankResult]) -> dict[str, Any]:
     }
 
 
+def run_job(
+    spec: str, config: TwinConfig, inputs: TwinInputs, *, on_progress: ProgressFn | None = None
+) -> dict[str, Any]:
+    """:func:`run_twin` with a job's inputs (the schema's fields, unpacked in one place)."""
+    return run_twin(
+        spec,
+        config,
+        calibration=inputs.calibration,
+        seed=inputs.seed,
+        num_requests=inputs.requests,
+        on_progress=on_progress,
+    )
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m dpbench.twin.run", description=__doc__.splitlines()[0]
@@ -348,14 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     try:
-        result = run_twin(
-            spec,
-            config,
-            calibration=inputs.calibration,
-            seed=inputs.seed,
-            num_requests=inputs.requests,
-            on_progress=emit,
-        )
+        result = run_job(spec, config, inputs, on_progress=emit)
     except TwinRankError as exc:
         print(json.dumps({"event": "error", "rank": exc.rank, "message": str(exc)}), flush=True)
         print(f"twin failed: {exc}", file=sys.stderr)

@@ -44,6 +44,7 @@ from dpbench.sglang_compat.scheduling import (
     hide_delayer_from_chunked_req,
 )
 from dpbench.twin.config import SchedulerSettings
+from dpbench.twin.lag import ResultLag
 
 KIND_IDLE, KIND_DECODE, KIND_EXTEND = 0, 1, 2
 KIND_NAMES = {KIND_IDLE: "idle", KIND_DECODE: "decode", KIND_EXTEND: "extend"}
@@ -132,11 +133,6 @@ class RankScheduler:
         self.chunk_size = defaults.per_rank_chunked_prefill_size
         self.max_running = settings.per_rank_max_running_requests(defaults.dp_size)
         self.overlap = settings.overlap_schedule
-        self.lagged: list[
-            TrackedReq
-        ] = []  # finished last step; the overlap scheduler sees them next pass
-        # prefilled last step (request, tokens computed): cached in the tree with that step's results
-        self.lagged_prefills: list[tuple[TrackedReq, int]] = []
         self.waiting: list[TrackedReq] = []
         self.running: list[TrackedReq] = []
         self.chunked: TrackedReq | None = None
@@ -145,15 +141,20 @@ class RankScheduler:
         self.chunk_in_last_extend = False
         # 0.5.16/0.5.17: finished requests (KV already freed) stay in the running batch until
         # this rank's next decode pass filters them out (update_running_batch)
-        self.filter_at_decode = defaults.finished_filter == FINISHED_FILTER_AT_DECODE
-        self.finished_in_running: set[int] = set()  # id() of such TrackedReqs
+        # the overlap lag (finished / prefilled last step) and 0.5.16/0.5.17's finished requests
+        # still in the running batch: one object, its invariant in dpbench.twin.lag
+        self.lag = ResultLag(
+            overlap=self.overlap,
+            filter_at_decode=defaults.finished_filter == FINISHED_FILTER_AT_DECODE,
+            skip_finishing_decode=defaults.skip_finishing_decode,
+        )
         # SGLang's NewTokenRatioTracker as the release builds it (conservativeness ×0.3 under DP attention).
         self.ratio_init = defaults.init_new_token_ratio
         self.ratio_min = defaults.min_new_token_ratio
         self.ratio_decay = defaults.new_token_ratio_decay
         self.retract_decode_steps = defaults.retract_decode_steps
         self.new_token_ratio = self.ratio_init
-        self._by_req: dict[int, TrackedReq] = {}
+        self._by_req: dict[str, TrackedReq] = {}  # SGLang's rid → the twin's request
 
     # -- state --------------------------------------------------------------------------
     @property
@@ -178,7 +179,7 @@ class RankScheduler:
         return bool(self.waiting or self.running or self.chunked is not None)
 
     def enqueue(self, tracked: TrackedReq) -> None:
-        self._by_req[id(tracked.req)] = tracked
+        self._by_req[tracked.req.rid] = tracked
         self.waiting.append(tracked)
 
     # -- one pass -----------------------------------------------------------------------
@@ -232,6 +233,19 @@ class RankScheduler:
                 seen=seen,
             )
         retracted = self._make_room_for_decode()
+        if retracted is None:  # 0.5.23 sat this step's decode out
+            return PassPlan(
+                kind=KIND_IDLE,
+                batch=[],
+                new_tokens=0,
+                context_tokens=0,
+                attn_pairs=0,
+                outcome=outcome,
+                reported_prefillable=reported,
+                admitted=0,
+                retracted=0,
+                seen=seen,
+            )
         if self.running:
             ctx = sum(t.kv_tokens + 1 for t in self.running)
             return PassPlan(
@@ -316,36 +330,50 @@ class RankScheduler:
         admitted = adder.can_run_list
         if not admitted:
             return [], self.chunked
-        admitted_ids = {id(r) for r in admitted}
-        self.waiting = [t for t in self.waiting if id(t.req) not in admitted_ids]
-        batch = [self._by_req[id(r)] for r in admitted]
+        admitted_rids = {r.rid for r in admitted}
+        self.waiting = [t for t in self.waiting if t.req.rid not in admitted_rids]
+        batch = [self._by_req[r.rid] for r in admitted]
         new_chunked = self.chunked
         if adder.new_chunked_req is not None:
-            new_chunked = self._by_req[id(adder.new_chunked_req)]
+            new_chunked = self._by_req[adder.new_chunked_req.rid]
         return batch, new_chunked
 
     def _filter_finished(self) -> None:
         """``update_running_batch``'s ``filter_batch()``: finished requests leave; a batch that
         shrank (or emptied) resets ``batch_is_full``."""
-        if not self.finished_in_running:
+        gone = self.lag.take_finished_in_running()
+        if not gone:
             return
-        gone = self.finished_in_running
-        self.running = [t for t in self.running if id(t) not in gone]
-        self.finished_in_running = set()
+        self.running = [t for t in self.running if t.index not in gone]
         self.batch_is_full = False
 
-    def _make_room_for_decode(self) -> int:
-        """SGLang's ``update_running_batch``: retract until the next decode fits, else decay the ratio."""
+    def _make_room_for_decode(self) -> int | None:
+        """SGLang's ``update_running_batch``: retract until the next decode fits, else decay the
+        ratio. Returns the number retracted, or None when the rank skips this step's decode
+        (0.5.23: it does not fit while requests finishing in flight still hold KV)."""
         self._filter_finished()
         if not self.running:
             return 0
-        if self._decode_fits(len(self.running)):
+        finishing = False
+        if self.lag.skips_finishing:  # _reqs_finishing_inflight: filter_batch(reqs_to_exclude)
+            kept = [t for t in self.running if not self.lag.is_lagged(t)]
+            finishing = len(kept) < len(self.running)
+            self.running = kept
+            if finishing:  # the batch shrank below its initial size: batch_is_full reset
+                self.batch_is_full = False
+            if not self.running:
+                return 0
+        fits = self._decode_fits(len(self.running))
+        if not fits and finishing:
+            # their KV is freed when the in-flight result is processed: decode next step
+            self.batch_is_full = False
+            return None
+        if fits:
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.ratio_min)
             return 0
         # SGLang's retraction order: keep long outputs, retract short-output/long-input first.
-        lagged = {id(t) for t in self.lagged}
         order = sorted(
-            (i for i in range(len(self.running)) if id(self.running[i]) not in lagged),
+            (i for i in range(len(self.running)) if not self.lag.is_lagged(self.running[i])),
             key=lambda i: (
                 len(self.running[i].req.output_ids),
                 -len(self.running[i].req.origin_input_ids),
@@ -361,10 +389,9 @@ class RankScheduler:
             victim.req.reset_for_retract()
             victim.retractions += 1
             retracted.append(victim)
-        gone = {id(t) for t in retracted}
-        self.lagged_prefills = [(t, n) for t, n in self.lagged_prefills if id(t) not in gone]
+        self.lag.retracted(retracted)
         keep = set(order)
-        self.running = [t for i, t in enumerate(self.running) if i in keep or id(t) in lagged]
+        self.running = [t for i, t in enumerate(self.running) if i in keep or self.lag.is_lagged(t)]
         reqs = [t.req for t in self.running]
         decoded = sum(len(r.output_ids) for r in reqs)
         max_new = sum(r.sampling_params.max_new_tokens for r in reqs)
@@ -389,7 +416,6 @@ class RankScheduler:
         finished: list[TrackedReq] = []
         first: list[TrackedReq] = []
         prefilled: list[tuple[TrackedReq, int]] = []
-        lagged = {id(t) for t in self.lagged}
         self.chunk_in_last_extend = plan.kind == KIND_EXTEND and any(
             t is self.chunked for t in plan.batch
         )
@@ -427,29 +453,27 @@ class RankScheduler:
             for i, t in enumerate(plan.batch):
                 t.kv_slots.append(slots[i : i + 1])
                 t.kv_tokens += 1
-                if id(t) in lagged:
+                if self.lag.is_lagged(t):
                     continue  # finished last step: the overlap scheduler's extra decode
                 if self._emit_token(t):
                     finished.append(t)
         # The step's results: with the overlap scheduler, processed after the next step is scheduled.
-        release = self.lagged if self.overlap else finished
-        self.lagged = finished if self.overlap else []
-        cache = self.lagged_prefills if self.overlap else prefilled
-        self.lagged_prefills = prefilled if self.overlap else []
+        release, cache = self.lag.step_done(finished, prefilled)
         for t, n in cache:
             self._cache_unfinished(t, n)
         if release:
             for t in release:  # its result is processed: KV back to the pool / tree
                 self._release(t, finished=True)
-                del self._by_req[id(t.req)]
-            if self.filter_at_decode:
-                self.finished_in_running |= {id(t) for t in release}
-            else:  # 0.5.23: get_next_batch_to_run filters them before the next pass
-                done = {id(t) for t in release}
-                self.running = [t for t in self.running if id(t) not in done]
-                self.batch_is_full = False
+                del self._by_req[t.req.rid]
+            if self.lag.released(release):  # 0.5.23: filtered before the next pass
+                done = {t.index for t in release}
+                before = len(self.running)
+                self.running = [t for t in self.running if t.index not in done]
+                if len(self.running) < before:  # a batch that shrank (0.5.23: if it held them)
+                    self.batch_is_full = False
         if not self.has_work:
             self.new_token_ratio = self.ratio_init
+        self.lag.check(self.running)
         return Completed(first_token=first, finished=finished)
 
     def _emit_token(self, t: TrackedReq) -> bool:

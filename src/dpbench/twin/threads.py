@@ -41,12 +41,22 @@ class BatonAborted(RuntimeError):
     """Another rank failed, the deadline passed or the run was interrupted."""
 
 
+class BatonUnavailable(RuntimeError):
+    """This torch cannot host the in-process group (its private Work constructor is gone)."""
+
+
 class Baton:
     """Ranks take turns; :meth:`gather` is an all-gather at which the turn passes on.
 
     Contributions are double-buffered by each rank's collective count: rank r can only
     write buffer ``k % 2`` again at its collective ``k + 2``, after every other rank took a
     turn, i.e. read collective ``k``.
+
+    The contract, asserted: every rank issues the same collectives in the same order (as
+    with gloo, where a mismatch would hang or mix payloads). Each contribution carries its
+    collective's tag (``"delayer"``, ``"step"``); a rank reading a collective whose ranks
+    gave different tags aborts the run naming them, and :meth:`counts` must agree at the
+    end (:func:`run_rank_threads` checks).
     """
 
     def __init__(self, n: int, timeout_s: float) -> None:
@@ -69,13 +79,25 @@ class Baton:
         """This rank is done: pass the turn on for good (all ranks run the same collectives)."""
         self._turn[(rank + 1) % self.n].release()
 
-    def gather(self, rank: int, item: Any) -> list[Any]:
-        buf = self._slots[self._count[rank] % 2]
+    def gather(self, rank: int, item: Any, tag: str = "") -> list[Any]:
+        k = self._count[rank]
+        buf = self._slots[k % 2]
         self._count[rank] += 1
-        buf[rank] = item
+        buf[rank] = (tag, item)
         self._turn[(rank + 1) % self.n].release()
         self._wait(rank)
-        return list(buf)
+        tags = [t for t, _ in buf]
+        if len(set(tags)) != 1:
+            why = f"ranks issued different collectives as their collective {k}: " + ", ".join(
+                f"rank {r} {t or '?'}" for r, t in enumerate(tags)
+            )
+            self.abort(why)
+            raise BatonAborted(why)
+        return [x for _, x in buf]
+
+    def counts(self) -> list[int]:
+        """Collectives each rank issued so far."""
+        return list(self._count)
 
     def _wait(self, rank: int) -> None:
         if self.aborted is not None:
@@ -103,15 +125,23 @@ class BatonExchange:
 
     def all_gather(self, rank: int, row: Sequence[int], group: Any) -> list[list[int]]:
         del group
-        return [list(r) for r in self.baton.gather(rank, list(row))]
+        return [list(r) for r in self.baton.gather(rank, list(row), "step")]
 
 
 def baton_group(baton: Baton, rank: int) -> Any:
     """A ``torch.distributed.ProcessGroup`` for ``rank`` whose all-gather goes through ``baton``."""
     import torch
     import torch.distributed as dist
-    from torch._C._distributed_c10d import _create_work_from_future
     from torch.futures import Future
+
+    try:  # private: the one way to hand a Python-made Work back through torch's dispatch
+        from torch._C._distributed_c10d import _create_work_from_future
+    except ImportError as exc:
+        raise BatonUnavailable(
+            f"rank_mode='threads' needs torch's _create_work_from_future, which torch "
+            f"{torch.__version__} lacks ({exc}); run with rank_mode='processes' (gloo, "
+            "identical numbers, slower)"
+        ) from exc
 
     class BatonGroup(dist.ProcessGroup):
         def size(self) -> int:
@@ -124,7 +154,7 @@ def baton_group(baton: Baton, rank: int) -> Any:
             return "dpbench-baton"
 
         def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> Any:
-            parts = baton.gather(rank, input.detach().clone())
+            parts = baton.gather(rank, input.detach().clone(), "delayer")
             output.view(-1).copy_(torch.cat([p.reshape(-1) for p in parts]))
             fut = Future()
             fut.set_result([output])
@@ -209,4 +239,11 @@ def run_rank_threads(job: Any, *, on_progress: Any = None) -> list[Any]:
     if len(results) < n:
         missing = [r for r in range(n) if r not in results]
         raise TwinRankError(f"ranks {missing} stopped without a result", rank=missing[0])
+    counts = baton.counts()
+    if len(set(counts)) != 1:
+        raise TwinRankError(
+            f"ranks issued different numbers of collectives ({counts}): the lockstep contract "
+            "(same collectives, same order on every rank) was broken",
+            rank=counts.index(min(counts)),
+        )
     return [results[r] for r in range(n)]

@@ -229,9 +229,9 @@ class RankState:
         return self._zeros[:rows]
 
     def kv(self) -> tuple[int, int]:
-        total = int(getattr(self.runner, "max_total_num_tokens", 0) or 0)
-        alloc = getattr(self.runner, "token_to_kv_pool_allocator", None)
-        free = int(alloc.available_size()) if alloc is not None else total
+        total = int(_need(self.runner, "max_total_num_tokens", "the KV pool's size"))
+        alloc = _need(self.runner, "token_to_kv_pool_allocator", "the KV pool's use")
+        free = int(alloc.available_size())
         return total - free, total
 
     def run(self, fb: Any) -> tuple[int, float]:
@@ -248,16 +248,21 @@ class RankState:
             raise StandInError(
                 f"forward mode {mode.name} is not simulated (extend/decode/idle only)"
             )
-        bs = int(fb.batch_size or 0)
-        ctx = int(getattr(fb, "seq_lens_sum", 0) or 0) if kind != "idle" else 0
+        bs = int(_need(fb, "batch_size", "the forward's batch size"))
+        ctx = int(_need(fb, "seq_lens_sum", "the forward's context")) if kind != "idle" else 0
         extend_tokens = pairs = 0
         if kind == "extend":
-            extend_tokens = int(fb.extend_num_tokens or 0)
-            prefix = fb.extend_prefix_lens_cpu or [0] * bs
-            new = fb.extend_seq_lens_cpu or []
+            extend_tokens = int(_need(fb, "extend_num_tokens", "an extend's new tokens"))
+            prefix = _need(fb, "extend_prefix_lens_cpu", "an extend's cached prefixes")
+            new = _need(fb, "extend_seq_lens_cpu", "an extend's new tokens per request")
+            if prefix is None or new is None or len(prefix) != bs or len(new) != bs:
+                raise StandInError(
+                    f"an extend forward of {bs} requests with extend_prefix_lens_cpu={prefix!r}, "
+                    f"extend_seq_lens_cpu={new!r}: the stand-in needs one of each per request"
+                )
             pairs = sum(
                 int(n) * int(p) + int(n) * (int(n) + 1) // 2
-                for p, n in zip(prefix, new, strict=False)
+                for p, n in zip(prefix, new, strict=True)
             )
         own = {
             "kind": kind,
@@ -266,7 +271,13 @@ class RankState:
             "context_tokens": ctx,
             "attn_pairs": pairs,
         }
-        global_tokens = [int(x) for x in (getattr(fb, "global_num_tokens_cpu", None) or [])]
+        gathered = _need(fb, "global_num_tokens_cpu", "every rank's tokens (the MLP sync)")
+        if gathered is None or len(gathered) != self.config.dp_size:
+            raise StandInError(
+                f"global_num_tokens_cpu={gathered!r} on a forward of a DP-{self.config.dp_size} "
+                "server: the simulated cost needs every rank's token count (SGLang's MLP sync)"
+            )
+        global_tokens = [int(x) for x in gathered]
         model_s = float(self.cost(own, global_tokens, self.rank))
         sleep_s = model_s * self.config.time_scale
         used, total = self.kv()
@@ -357,7 +368,9 @@ def log_arrival(original: Any, module: ModuleType) -> Any:
 
     @functools.wraps(original)
     def handle_generate_request(self: Any, recv_req: Any, *args: Any, **kwargs: Any) -> Any:
-        _ARRIVALS.write({"rid": str(getattr(recv_req, "rid", None)), "t": time.monotonic()})
+        _ARRIVALS.write(
+            {"rid": str(_need(recv_req, "rid", "a request's arrival")), "t": time.monotonic()}
+        )
         return original(self, recv_req, *args, **kwargs)
 
     return handle_generate_request
@@ -462,11 +475,20 @@ def record_pass(original: Any, module: ModuleType) -> Any:
         if started:
             _IDLE_PASSES.write({"t": started[0], "s": now - started.pop()})
         bound = sig.bind(self, *args, **kwargs).arguments
-        running_in = bound.get("running_batch", getattr(self, "running_batch", None))
+        # two shapes: 0.5.23 takes the running batch and returns a plan (batch_to_run,
+        # running_batch); 0.5.16/0.5.17 read self.running_batch and return the batch itself
+        if "running_batch" in bound:
+            running_in = bound["running_batch"]
+        else:
+            running_in = _need(self, "running_batch", "the running batch a pass starts with")
         rec = recorder.before(self, running_in)
         plan = original(self, *args, **kwargs)
-        batch = plan.batch_to_run if hasattr(plan, "batch_to_run") else plan
-        running = plan.running_batch if hasattr(plan, "running_batch") else self.running_batch
+        if hasattr(plan, "batch_to_run"):
+            batch = plan.batch_to_run
+            running = _need(plan, "running_batch", "the running batch a pass leaves")
+        else:
+            batch = plan
+            running = _need(self, "running_batch", "the running batch a pass leaves")
         rec["t"], rec["s"] = now, time.monotonic() - now
         rec = recorder.after(self, rec, batch, running)
         if rec["kind"] != "none" or rec["waiting"] or rec["running"] or rec["chunked"]:
@@ -541,7 +563,14 @@ def wait_for_device(original: Any, module: ModuleType) -> Any:
 
     @functools.wraps(original)
     def process_batch_result(self: Any, batch: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
-        ready = getattr(getattr(result, "logits_output", None), READY_ATTR, None)
+        logits = _need(result, "logits_output", "when the virtual device finished the batch")
+        # SGLang's own placeholder results (no logits) ran no forward: nothing to wait for
+        ready = getattr(logits, READY_ATTR, None) if logits is not None else None
+        if logits is not None and ready is None:
+            raise StandInError(
+                "a batch result whose forward the stand-in did not run (its logits carry no "
+                f"{READY_ATTR}): the virtual device cannot say when it finished"
+            )
         if ready is not None:
             delay = ready - time.monotonic()
             if delay > 0:
