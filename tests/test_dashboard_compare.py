@@ -42,6 +42,28 @@ def test_verdicts(a, b, better, verdict, pct):
     assert c.pct == (pytest.approx(pct) if pct is not None else None)
 
 
+def test_instrument_health_and_single_server_runs_get_no_verdict():
+    """The load client's lateness or the device's idle time never reads as SGLang better or
+    worse, and one server run per side (a timing-dependent tier) is no basis for a verdict."""
+    from dpbench.dashboard.compare import QUIET, VERDICT_ORDER
+    from dpbench.dashboard.metrics import direction
+
+    for name in (
+        "server.SimulatedRooflineServe.track_client_send_lateness_ms_max",
+        "server.SimulatedRooflineServe.track_device_idle_fraction",
+        "twin.TwinHighKV.track_passes_per_s",
+        "server.Serve.track_pickup_ms_p50",
+    ):
+        assert direction(name).better == "instrument", name
+    c = change_of(Side(10), Side(1000), "instrument")
+    assert c.verdict == "instrument" and c.pct == pytest.approx(9900.0)
+    assert change_of(Side(10), Side(20), "higher", "server").verdict == "single run"
+    assert change_of(Side(10, 9, 11), Side(20, 19, 21), "higher", "server").verdict == "better"
+    assert change_of(Side(10), Side(20), "higher", "twin").verdict == "better"
+    assert {"single run", "instrument"} <= set(QUIET)
+    assert VERDICT_ORDER["instrument"] == max(VERDICT_ORDER.values())  # listed last
+
+
 def test_interval_of_the_change_comes_from_both_bands():
     c = change_of(Side(10, 9, 11), Side(20, 19, 22), "lower")
     assert (c.lo, c.pct, c.hi) == (pytest.approx(80.0), pytest.approx(100.0), pytest.approx(130.0))

@@ -383,7 +383,7 @@ def test_compare_command_prints_the_summary_with_verdicts_and_gates(suite_run, s
     out = proc.stdout
     assert "asv compare" in out and "Change" in out  # asv's own table, on request
     assert "summary · tier placement" in out and "early → post-kv" in out
-    summary = out[out.index("summary · tier placement") : out.index("every metric")]
+    summary = out[out.index("summary · tier placement") : out.index("most significant first")]
     assert "2 → 0" in summary and "-100.0 % better" in summary, out
     rows = compare.compare_commits(model, 0, 1)  # 0.5.16, 0.5.17
     gating = compare.regressions(rows, 5.0)

@@ -28,7 +28,7 @@
     document.getElementById("compare-summary").textContent = a && b ?
       "A = " + a.label + " (" + (a.placement || "placement not measured") + ", " + (a.date || "no date") + ")   vs   B = " +
       b.label + " (" + (b.placement || "placement not measured") + ", " + (b.date || "no date") + "): " + rows.length +
-      " metrics — " + ["worse", "better", "changed", "within noise", "no change", "not measured"]
+      " metrics — " + ["worse", "better", "changed", "within noise", "no change", "single run", "not measured", "instrument"]
         .filter(v => counts[v]).map(v => counts[v] + " " + v).join(", ") +
       (hidden && !quiet.checked ? " (" + hidden + " quiet rows hidden)" : "") :
       "need at least one commit with results";
@@ -43,7 +43,7 @@
       for (const c of cells) tr.appendChild(DP.el("td", {}, c));
       tbody.appendChild(tr);
       if (row.change.pct != null && row.change.verdict !== "no change" && row.change.verdict !== "not measured" &&
-          (quiet.checked || !isQuiet)) plotted.push(row);
+          row.change.verdict !== "instrument" && (quiet.checked || !isQuiet)) plotted.push(row);
     }
     const fromZero = rows.filter(r => r.change.pct == null && !DP.QUIET.includes(r.change.verdict)).length;
     const total = plotted.length;

@@ -7,9 +7,11 @@ const DP = (function () {
   const PLACEMENT_SYMBOL = {"early": "circle", "post-kv": "diamond", "absent": "x", "unknown": "circle-open"};
   const PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"};
   const BETTER_TEXT = {"higher": "higher is better", "lower": "lower is better", "none": "no better direction",
-                       "unknown": "direction unknown"};
-  const VERDICT_ORDER = {"worse": 0, "better": 1, "changed": 2, "within noise": 3, "no change": 4, "not measured": 5};
-  const QUIET = ["within noise", "no change", "not measured"];
+                       "unknown": "direction unknown", "instrument": "instrument health, not a result"};
+  const VERDICT_ORDER = {"worse": 0, "better": 1, "changed": 2, "within noise": 3, "no change": 4,
+                         "single run": 5, "not measured": 6, "instrument": 7};
+  const QUIET = ["within noise", "no change", "single run", "not measured", "instrument"];
+  const TIMING_TIERS = ["server"];  // dpbench.dashboard.metrics.TIMING_TIERS
   const CONTROL_VALUES = ["off", "false", "0", "none"];
 
   // plotly reads its text as a small HTML subset: escape so results cannot add markup (quotes are
@@ -56,8 +58,12 @@ const DP = (function () {
   }
 
   // Same rules as dpbench.dashboard.compare.change_of (the terminal's `dpbench compare`).
-  function changeOf(a, b, better) {
+  function changeOf(a, b, better, tier) {
     if (!a || !b) return {pct: null, lo: null, hi: null, verdict: "not measured", basis: ""};
+    if (better === "instrument") {
+      const p = a.value !== 0 ? (b.value - a.value) / Math.abs(a.value) * 100 : null;
+      return {pct: p, lo: null, hi: null, verdict: "instrument", basis: ""};
+    }
     const banded = a.lo != null && a.hi != null && b.lo != null && b.hi != null;
     if (a.value === b.value) return {pct: 0, lo: null, hi: null, verdict: "no change", basis: banded ? "bands" : ""};
     let pct = null, lo = null, hi = null;
@@ -68,6 +74,7 @@ const DP = (function () {
     }
     const basis = banded ? "bands" : "single run";
     if (banded && a.lo <= b.hi && b.lo <= a.hi) return {pct, lo, hi, verdict: "within noise", basis};
+    if (!banded && TIMING_TIERS.includes(tier)) return {pct, lo, hi, verdict: "single run", basis};
     if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
     const bWins = better === "higher" ? b.value > a.value : b.value < a.value;
     return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
@@ -101,7 +108,7 @@ const DP = (function () {
         if (machine && s.machine !== machine) continue;
         const a = valueAt(s, ia), b = valueAt(s, ib);
         if (!a && !b) continue;
-        rows.push({chart: chart, series: s, a: a, b: b, change: changeOf(a, b, chart.better)});
+        rows.push({chart: chart, series: s, a: a, b: b, change: changeOf(a, b, chart.better, chart.tier)});
       }
     }
     const key = r => r.chart.tier + r.chart.title;
@@ -133,7 +140,7 @@ const DP = (function () {
         const rows = tiers[chart.section] = tiers[chart.section] || {};
         const row = rows[rk] = rows[rk] || {tier: chart.section, scenario: scen, machine: s.machine, env: s.env,
                                              control: isControl(scen), cells: {}};
-        row.cells[chart.key] = {chart: chart, a: a, b: b, change: changeOf(a, b, chart.better)};
+        row.cells[chart.key] = {chart: chart, a: a, b: b, change: changeOf(a, b, chart.better, chart.tier)};
       }
     }
     const natural = v => (isNaN(Number(v)) ? [1, 0, v] : [0, Number(v), v]);

@@ -10,6 +10,10 @@ and ``summaryRows``), so the terminal (`dpbench compare`) and the pages agree:
 - both sides carry a band (asv's 99 % CI from repeats, else IQR, else the range of
   per-seed samples) and the bands overlap → "within noise"; the change's interval is
   then [(B.lo − A.hi), (B.hi − A.lo)] / |A|;
+- a metric of the instrument's health ("instrument": client lateness, device idle, …) is
+  "instrument" whatever it did: a validity check, never a verdict, listed last;
+- a timing-dependent tier (``metrics.TIMING_TIERS``: the server) with one run per side is
+  "single run": no verdict without repeats;
 - otherwise the metric's direction decides "better" / "worse"; a metric with no
   direction ("none") or an unknown one only "changed". ``basis`` says whether the
   verdict rests on bands or on a single run per side.
@@ -29,9 +33,12 @@ VERDICT_ORDER = {
     "changed": 2,
     "within noise": 3,
     "no change": 4,
-    "not measured": 5,
+    "single run": 5,
+    "not measured": 6,
+    "instrument": 7,
 }
-QUIET = ("within noise", "no change", "not measured")  # hidden behind the page's toggle
+# hidden behind the page's toggle
+QUIET = ("within noise", "no change", "single run", "not measured", "instrument")
 
 
 class CommitNotFound(LookupError):
@@ -65,9 +72,12 @@ class Change:
         return abs(self.pct)
 
 
-def change_of(a: Side | None, b: Side | None, better: str) -> Change:
+def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Change:
     if a is None or b is None:
         return Change(None, None, None, "not measured", "")
+    if better == "instrument":
+        pct = (b.value - a.value) / abs(a.value) * 100 if a.value != 0 else None
+        return Change(pct, None, None, "instrument", "")
     if a.value == b.value:
         return Change(0.0, None, None, "no change", "bands" if a.banded and b.banded else "")
     banded = a.banded and b.banded
@@ -81,6 +91,8 @@ def change_of(a: Side | None, b: Side | None, better: str) -> Change:
     basis = "bands" if banded else "single run"
     if banded and a.lo <= b.hi and b.lo <= a.hi:  # type: ignore[operator]
         return Change(pct, lo, hi, "within noise", basis)
+    if not banded and tier in metrics.TIMING_TIERS:
+        return Change(pct, lo, hi, "single run", basis)
     if better not in ("higher", "lower"):
         return Change(pct, lo, hi, "changed", basis)
     b_wins = b.value > a.value if better == "higher" else b.value < a.value
@@ -181,7 +193,7 @@ def compare_commits(
                     chart["better"],
                     a,
                     b,
-                    change_of(a, b, chart["better"]),
+                    change_of(a, b, chart["better"], chart["tier"]),
                 )
             )
     rows.sort(key=sort_key)
@@ -240,7 +252,7 @@ def summary(
                 row = out[section][rk] = SummaryRow(
                     section, scen, s["machine"], s["env"], metrics.is_control(scen)
                 )
-            row.cells[key] = (chart, a, b, change_of(a, b, chart["better"]))
+            row.cells[key] = (chart, a, b, change_of(a, b, chart["better"], chart["tier"]))
     return {
         section: sorted(
             rows.values(), key=lambda r: (r.control, _scenario_sort(r), r.machine, r.env)

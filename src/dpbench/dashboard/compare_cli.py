@@ -77,6 +77,7 @@ def asv_compare(
 
 PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"}
 VERDICT_STYLE = {"worse": "bold red", "better": "green", "changed": "blue"}
+TOP_ROWS = 15  # rows of the change table without --all: it fits a screen
 EXIT_REGRESSION = 1
 
 
@@ -135,7 +136,10 @@ def compare_command(
         False, "--asv/--no-asv", help="also print asv's own `asv compare` table"
     ),
     show_all: bool = typer.Option(
-        False, "--all", help="also list metrics within noise, unchanged or not measured"
+        False,
+        "--all",
+        help="list every metric (default: the 15 most significant changes; quiet rows, single "
+        "server runs and instrument health hidden)",
     ),
     fail_above: float = typer.Option(
         5.0,
@@ -194,12 +198,20 @@ def compare_command(
     print_summary(console, model, ia, ib, machine)
 
     rows = compare_commits(model, ia, ib, machine)
-    shown = rows if show_all else [r for r in rows if r.verdict not in QUIET]
+    loud = [r for r in rows if r.verdict not in QUIET]
+    shown = rows if show_all else loud[:TOP_ROWS]
     counts = Counter(r.verdict for r in rows)
+    left = len(rows) - len(shown)
     table = Table(
         title=Text(
-            "every metric, most significant first"
-            + ("" if show_all else " (within noise / no change / not measured hidden: --all)")
+            ("every metric" if show_all else f"the {len(shown)} most significant changes")
+            + ", most significant first"
+            + (
+                ""
+                if show_all
+                else f" ({left} more: within noise, unchanged, single server runs, not "
+                "measured, instrument health, or further down: --all)"
+            )
         ),
         title_justify="left",
     )

@@ -8,6 +8,9 @@ method without its ``track_``/``time_`` prefix, or a run file's metric name):
 
 - ``higher`` / ``lower``: which way is better;
 - ``none``: deliberately no direction (a code, a descriptive count), with the reason;
+- ``instrument``: the measuring instrument's health (client lateness, device idle, pick-up
+  delay, loop speed): it says whether a run is valid and never gets a verdict, never gates
+  ``dpbench compare`` and is listed after every SGLang-facing row;
 - ``unknown``: no row matched. Such a metric is flagged on every page ("direction
   unknown") and never counted as better or worse: add a row here instead of guessing.
 
@@ -20,6 +23,9 @@ import re
 from dataclasses import dataclass
 
 ASV_LOWER_PREFIXES = ("time_", "mem_", "peakmem_")  # asv's own convention: smaller is better
+# tiers whose numbers depend on wall-clock timing (a real server's event loop meets real
+# arrivals): one run per side is no basis for "better" or "worse"
+TIMING_TIERS = ("server",)
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,15 @@ class Direction:
 
 # (pattern on the metric name, better, why). First match wins; keep specific rows first.
 DIRECTIONS: tuple[tuple[str, str, str], ...] = (
+    # The measuring instrument's own health (the load client, the virtual device, this
+    # machine's loop speed): whether a run is valid, never whether SGLang got better.
+    (
+        r"client_send_lateness|loop_lag|event_loop_lag|device_idle|pickup_ms|server_startup|"
+        r"scheduler_pass_us|passes_per_s|pass_wall_over_rank_work",
+        "instrument",
+        "the measuring instrument's health (load client, virtual device, this machine): a "
+        "validity check, never a verdict",
+    ),
     (r"^placement_code", "none", "a category (early / post-kv / …), not a quantity"),
     (r"^pr31835_conforming_cases", "higher", "cases that behave as PR #31835 states"),
     (r"^chunked_negotiates", "higher", "PR #31835 makes add_chunked_req negotiate"),
@@ -71,7 +86,6 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
     ),
     (r"tflops|gbps|bandwidth|flop_fraction|bw_fraction", "higher", "achieved rate vs ceiling"),
     (r"wall_over|overhead", "lower", "wall time beyond the ranks' own work: overhead"),
-    (r"device_idle", "lower", "device time lost to scheduler CPU work the overlap did not hide"),
     (r"wall_time|_us_|_ms_|_ms$|_us$|_s$|seconds", "lower", "a duration"),
 )
 _COMPILED = tuple((re.compile(p), b, w) for p, b, w in DIRECTIONS)
