@@ -105,3 +105,24 @@ def test_the_start_up_module_does_nothing_without_the_config_variable():
         },
     )
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_every_attribute_the_stand_in_reads_is_declared_in_the_registry():
+    """What the stand-in reads off SGLang's objects (each through ``_need``, which fails naming
+    it) is exactly what the hook registry declares: no undeclared read, no stale declaration."""
+    import ast
+    import inspect
+
+    from dpbench.sglang_compat.simforward import standin
+    from dpbench.sglang_compat.simforward.hooks import REGISTRY
+
+    tree = ast.parse(inspect.getsource(standin))
+    read = {
+        node.args[1].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "_need"
+        and isinstance(node.args[1], ast.Constant)
+    }
+    declared = {name for hook in REGISTRY for name in hook.reads}
+    assert read and read == declared, (sorted(read - declared), sorted(declared - read))

@@ -38,6 +38,10 @@ class Hook:
     why: str
     make: Callable[[Any, ModuleType], Any]  # (original, module) -> replacement
     requires: tuple[str, ...] = ()  # parameter names the original must accept
+    # attributes of SGLang's objects the replacement reads, each through standin._need
+    # (a missing one fails naming it, never a default); a test checks this list against the
+    # stand-in's code, so what the stand-in depends on is declared here, in one place
+    reads: tuple[str, ...] = ()
 
     @property
     def target(self) -> str:
@@ -85,6 +89,17 @@ REGISTRY: tuple[Hook, ...] = (
         "(or sleep it), record the step",
         standin.forward,
         requires=("forward_batch",),
+        reads=(
+            "forward_mode",
+            "batch_size",
+            "seq_lens_sum",
+            "extend_num_tokens",
+            "extend_prefix_lens_cpu",
+            "extend_seq_lens_cpu",
+            "global_num_tokens_cpu",
+            "max_total_num_tokens",
+            "token_to_kv_pool_allocator",
+        ),
     ),
     Hook(
         "sglang.srt.managers.scheduler",
@@ -92,6 +107,7 @@ REGISTRY: tuple[Hook, ...] = (
         "record when each request reaches its DP rank's scheduler (delivery latency; twin replay)",
         standin.log_arrival,
         requires=("recv_req",),
+        reads=("rid",),
     ),
     Hook(
         "sglang.srt.managers.scheduler",
@@ -101,6 +117,18 @@ REGISTRY: tuple[Hook, ...] = (
         "requests wait (the event loop's period)",
         standin.record_pass,
         requires=("running_batch",),
+        reads=(
+            "running_batch",
+            "waiting_queue",
+            "chunked_req",
+            "reqs",
+            "rid",
+            "forward_mode",
+            "batch_is_full",
+            "max_total_num_tokens",
+            "token_to_kv_pool_allocator",
+            "tree_cache",
+        ),
     ),
     Hook(
         "sglang.srt.managers.scheduler",
@@ -108,6 +136,7 @@ REGISTRY: tuple[Hook, ...] = (
         "record the queues as the pass's prefill step sees them (running batch after the merge)",
         standin.record_prefill_view,
         requires=("running_batch",),
+        reads=("reqs", "waiting_queue"),
     ),
     Hook(
         "sglang.srt.managers.prefill_delayer",
@@ -129,6 +158,7 @@ REGISTRY: tuple[Hook, ...] = (
         "record the pass's delayer outcome (input estimation, reason)",
         standin.record_outcome,
         requires=("output", "actual_execution"),
+        reads=("input_estimation", "output_reason", "num_prefillable"),
     ),
     Hook(
         "sglang.srt.managers.scheduler",
@@ -136,6 +166,7 @@ REGISTRY: tuple[Hook, ...] = (
         "results are read only once the virtual device has finished the forward (a GPU's sync)",
         standin.wait_for_device,
         requires=("batch", "result"),
+        reads=("logits_output",),
     ),
     Hook(
         _RUNNER,

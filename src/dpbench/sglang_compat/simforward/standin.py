@@ -447,9 +447,9 @@ class PassRecorder:
             kind=kind,
             bs=len(_reqs(batch)) if kind in ("extend", "decode") else 0,
             admitted=[_rid(r) for r in _reqs(batch)] if kind == "extend" else [],
-            waiting_after=len(sched.waiting_queue),
+            waiting_after=len(_need(sched, "waiting_queue", "the waiting queue")),
             running_after=len(_reqs(running)),
-            chunked_after=_rid(sched.chunked_req),
+            chunked_after=_rid(_need(sched, "chunked_req", "the chunked request in flight")),
             batch_is_full=bool(_need(running, "batch_is_full", "the running batch's full flag"))
             if running is not None
             else None,
@@ -509,7 +509,7 @@ def record_prefill_view(original: Any, module: ModuleType) -> Any:
     def get_new_batch_prefill(self: Any, *args: Any, **kwargs: Any) -> Any:
         running = sig.bind(self, *args, **kwargs).arguments["running_batch"]
         _DELAYER_PASS["running"] = len(_reqs(running))
-        _DELAYER_PASS["waiting"] = len(self.waiting_queue)
+        _DELAYER_PASS["waiting"] = len(_need(self, "waiting_queue", "the waiting queue"))
         return original(self, *args, **kwargs)
 
     return get_new_batch_prefill
