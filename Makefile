@@ -28,7 +28,7 @@ test-deps: $(STAMP)
 
 test: test-deps
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

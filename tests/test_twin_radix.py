@@ -246,6 +246,7 @@ def test_pool_occupancy_metric_counts_evictable_entries():
         pass_us=np.full(n, 100.0, dtype=np.float32),
         outcome_labels=[],
         requests=[(0, 0.0, 1.0, 3.0, 3, 0)],
+        token_s=[[1.0, 2.0, 3.0]],
         retractions=0,
         kv_capacity=100,
         step_end_s=np.arange(1, n + 1, dtype=np.float64),

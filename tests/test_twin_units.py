@@ -119,6 +119,7 @@ def _rank(kind, reported=None, allowed=None, admitted=None, kv=None):
         chunked=np.full(n, -1, dtype=np.int32),
         token_usage=np.full(n, 0.5, dtype=np.float32),
         admitted_idx=[[0] * int(a) for a in (admitted if admitted is not None else [0] * n)],
+        token_s=[np.linspace(1.0, 2.0, 10).tolist()],
     )
 
 

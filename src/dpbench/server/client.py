@@ -93,10 +93,10 @@ class RequestOutcome:
 
     @property
     def tpot_s(self) -> float | None:
-        """Mean time per output token after the first (vLLM/SGLang's TPOT)."""
-        if self.ttft_s is None or self.e2e_s is None or self.output_tokens < 2:
-            return None
-        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+        """Mean time per output token after the first (vLLM/SGLang's TPOT; dpbench.latency)."""
+        from dpbench.latency import tpot_of
+
+        return tpot_of(self.ttft_s, self.e2e_s, self.output_tokens)
 
 
 class RequestFunc(Protocol):

@@ -79,6 +79,9 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
         "fraction",
     ),
     ("TTFT p99", "ttft_ms_p99", "ttft_ms_p99", "ms"),
+    ("TPOT p50", "tpot_ms_p50", "tpot_ms_p50", "ms"),
+    ("TPOT p99", "tpot_ms_p99", "tpot_ms_p99", "ms"),
+    ("ITL p99", "itl_ms_p99", "itl_ms_p99", "ms"),
     ("throughput", "request_throughput_per_s", "request_throughput_req_per_s", "req/s"),
     ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s"),
 )

@@ -18,8 +18,11 @@ Definitions (simulated time unless the name says wall):
 - Delayer outcomes: the labels of SGLang's ``prefill_delayer_outcomes_total``
   (input_estimation × output_allow × output_reason × actual_execution), summed over
   ranks, one observation per rank per pass — as SGLang's collector counts them.
-- TTFT: first token's step end − arrival. Throughput: finished requests (output
-  tokens) / (last finish − first arrival).
+- TTFT, ITL, TPOT, E2E and goodput (:mod:`dpbench.latency`, the load client's definitions):
+  each output token appears at the end of the step that produced it, so a request on a
+  rank that extended (or waited beside an extending rank) sees that step as one long
+  inter-token gap. Throughput: finished requests (output tokens) / (last finish − first
+  arrival).
 - KV utilization (``kv_utilization_*``): SGLang's ``token_usage``, the one the delayer
   reads: (pool − free − evictable) / pool per rank after each step, where evictable are
   radix-tree entries no request holds (finished requests' KV kept for prefix reuse);
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from dpbench.latency import RequestLatency, latency_metrics
 from dpbench.outcomes import delay_fractions
 from dpbench.results import Metric
 from dpbench.twin.ranks import RankResult
@@ -82,6 +86,12 @@ def outcome_counts(results: Sequence[RankResult]) -> Counter[tuple[str, str, str
     return total
 
 
+def _token_times(r: RankResult) -> list[list[float]]:
+    if r.token_s is None:
+        raise ValueError("a rank result without token times: the twin's ranks record them")
+    return r.token_s
+
+
 def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
@@ -96,9 +106,8 @@ def compute(
     mixed_fraction = counts["mixed"] / active if active else float("nan")
 
     reqs = np.array([q for r in results for q in r.requests], dtype=np.float64).reshape(-1, 6)
-    arrival, first, finish, out_tokens = reqs[:, 1], reqs[:, 2], reqs[:, 3], reqs[:, 4]
+    arrival, finish, out_tokens = reqs[:, 1], reqs[:, 3], reqs[:, 4]
     done = ~np.isnan(finish)
-    ttft_ms = (first[~np.isnan(first)] - arrival[~np.isnan(first)]) * 1e3
     span = float(np.nanmax(finish) - np.min(arrival)) if done.any() else float("nan")
 
     kv_util = np.concatenate([r.kv_used.astype(np.float64) / r.kv_capacity for r in results])
@@ -116,6 +125,17 @@ def compute(
     loop_cpu = sum(r.loop_cpu_s for r in results)
     n_steps = results[0].steps
 
+    # TTFT, ITL, TPOT, E2E and goodput of the finished requests: dpbench.latency, as the
+    # server's load client computes them (ITL from the steps each request got a token in)
+    lat = latency_metrics(
+        (
+            RequestLatency.from_token_times(q[1], toks)
+            for r in results
+            for q, toks in zip(r.requests, _token_times(r), strict=True)
+            if not np.isnan(q[3])
+        ),
+        span if span > 0 else 0.0,
+    )
     beside_s, decode_s = decode_rank_seconds(results, steps)
     m: dict[str, Metric] = {
         "dp_mixed_step_fraction": Metric(mixed_fraction, "fraction", "lower"),
@@ -128,9 +148,7 @@ def compute(
         "steps_decode_count": Metric(counts["decode"], "steps", "none"),
         "steps_mixed_count": Metric(counts["mixed"], "steps", "lower"),
         "steps_idle_count": Metric(counts["idle"], "steps", "none"),
-        "ttft_ms_p50": Metric(_pct(ttft_ms, 50), "ms", "lower"),
-        "ttft_ms_p90": Metric(_pct(ttft_ms, 90), "ms", "lower"),
-        "ttft_ms_p99": Metric(_pct(ttft_ms, 99), "ms", "lower"),
+        **lat,
         "request_throughput_req_per_s": Metric(
             float(done.sum()) / span if span > 0 else float("nan"), "req/s", "higher"
         ),

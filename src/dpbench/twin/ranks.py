@@ -206,6 +206,8 @@ class RankResult:
     chunked: np.ndarray | None = None
     token_usage: np.ndarray | None = None
     admitted_idx: list[list[int]] | None = None
+    # per request of ``requests``, in the same order: when each output token appeared
+    token_s: list[list[float]] | None = None
 
 
 def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> None:
@@ -468,6 +470,8 @@ def lockstep(
             t.first_token_s = clock
         for t in done.finished:
             t.finish_s = clock
+        for t in done.emitted:
+            t.token_s.append(clock)
         dispatch.observe(rows)
         any_work = any(r.has_work for r in rows)
         records.add(plan, sched.kv_used, sched.kv_pool_occupied, pass_us, clock, dur)
@@ -528,6 +532,7 @@ def _result(
         chunked=np.asarray(rec.chunked, dtype=np.int32),
         token_usage=np.asarray(rec.token_usage, dtype=np.float32),
         admitted_idx=rec.admitted_idx,
+        token_s=[t.token_s for t in served],
     )
 
 

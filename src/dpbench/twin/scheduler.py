@@ -64,6 +64,9 @@ class TrackedReq:
     first_token_s: float | None = None
     finish_s: float | None = None
     retractions: int = 0
+    # when each output token appeared: the end of the step that produced it (the caller
+    # stamps them; dpbench.latency turns them into TTFT, ITL, TPOT, E2E)
+    token_s: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Completed:
 
     first_token: list[TrackedReq]
     finished: list[TrackedReq]
+    emitted: list[TrackedReq] = field(default_factory=list)  # got an output token this step
 
 
 @dataclass(kw_only=True)
@@ -415,6 +419,7 @@ class RankScheduler:
         """
         finished: list[TrackedReq] = []
         first: list[TrackedReq] = []
+        emitted: list[TrackedReq] = []
         prefilled: list[tuple[TrackedReq, int]] = []
         self.chunk_in_last_extend = plan.kind == KIND_EXTEND and any(
             t is self.chunked for t in plan.batch
@@ -437,6 +442,7 @@ class RankScheduler:
                 self.progress.set_computed(t.req, self._slots(t))
                 if t.first_token_s is None:  # a retracted request keeps its first stamp
                     first.append(t)
+                emitted.append(t)
                 if self._emit_token(t):
                     finished.append(t)
                 elif self.radix:
@@ -455,6 +461,7 @@ class RankScheduler:
                 t.kv_tokens += 1
                 if self.lag.is_lagged(t):
                     continue  # finished last step: the overlap scheduler's extra decode
+                emitted.append(t)
                 if self._emit_token(t):
                     finished.append(t)
         # The step's results: with the overlap scheduler, processed after the next step is scheduled.
@@ -474,7 +481,7 @@ class RankScheduler:
         if not self.has_work:
             self.new_token_ratio = self.ratio_init
         self.lag.check(self.running)
-        return Completed(first_token=first, finished=finished)
+        return Completed(first_token=first, finished=finished, emitted=emitted)
 
     def _emit_token(self, t: TrackedReq) -> bool:
         """One output token for ``t``; True when it reaches max_new_tokens."""
