@@ -407,6 +407,21 @@ class SimulatedRooflineServe:
 
     track_ttft_ms_p99.unit = "ms"
 
+    def track_tpot_ms_p99(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("tpot_ms_p99")
+
+    track_tpot_ms_p99.unit = "ms"
+
+    def track_itl_ms_p99(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("itl_ms_p99")
+
+    track_itl_ms_p99.unit = "ms"
+
+    def track_goodput_requests_per_s(self, cache, spec, dp_size, delayer) -> float:
+        return self._m("goodput_requests_per_s")
+
+    track_goodput_requests_per_s.unit = "req/s meeting TTFT ≤ 2 s and TPOT ≤ 100 ms"
+
     def track_request_throughput_per_s(self, cache, spec, dp_size, delayer) -> float:
         return self._m("request_throughput_per_s")
 

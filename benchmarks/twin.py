@@ -186,6 +186,21 @@ class TwinHighKV:
 
     track_ttft_ms_p99.unit = "ms (simulated)"
 
+    def track_tpot_ms_p99(self, *p) -> Any:
+        return self._m("tpot_ms_p99")
+
+    track_tpot_ms_p99.unit = "ms (simulated)"
+
+    def track_itl_ms_p99(self, *p) -> Any:
+        return self._m("itl_ms_p99")
+
+    track_itl_ms_p99.unit = "ms (simulated)"
+
+    def track_goodput_requests_per_s(self, *p) -> Any:
+        return self._m("goodput_requests_per_s")
+
+    track_goodput_requests_per_s.unit = "req/s meeting TTFT ≤ 2 s and TPOT ≤ 100 ms (simulated)"
+
     def track_output_tokens_per_s(self, *p) -> Any:
         return self._m("output_tokens_per_s")
 
