@@ -85,3 +85,21 @@ def test_run_files_of_a_delayer_off_setting_never_meet_the_delayer_on_ones():
     assert len(stems) == 3
     assert run_stem(on) == "long-prompt-burst-dp4-chunk8192-sglang0.5.16"  # stored runs still found
     assert "nodelayer" in run_stem(off)
+
+
+def test_every_input_but_the_repeat_count_names_the_run_files():
+    """Built from the schema: changing any field of Inputs (but ``repeats``, whose runs are
+    numbered) changes the stem, so no input can be left out of the file names."""
+    import dataclasses
+
+    from dpbench.schema import replace
+
+    base = Inputs(spec="long-prompt-burst", dp=4, release="0.5.16", chunked_prefill_size=8192)
+    changed = {
+        "spec": "agentic-multiturn", "dp": 8, "release": "0.5.17", "chunked_prefill_size": 4096,
+        "delayer": False, "serial_forward": True, "repeats": 3,
+    }  # fmt: skip
+    assert set(changed) == {f.name for f in dataclasses.fields(Inputs)}  # a new field: add it
+    for name, value in changed.items():
+        other = replace(base, **{name: value})
+        assert (run_stem(other) == run_stem(base)) == (name == "repeats"), name

@@ -27,6 +27,7 @@ loop speed, and measures the scheduling alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -97,21 +98,51 @@ class Inputs:
     result files' names (:func:`run_stem`) and its report's ``inputs`` come from."""
 
     spec: str = field(
-        metadata={"help": "workload name or spec path (its seed is used)", "argument": True}
+        metadata={
+            "help": "workload name or spec path (its seed is used)",
+            "argument": True,
+            "stem": lambda v: Path(v).stem,
+        }
     )
-    dp: int = field(default=2, metadata={"help": "attention-DP size", "flag": "--dp"})
-    release: str = field(
-        default="0.5.23", metadata={"help": "the SGLang release both sides run", "cli": False}
+    dp: int = field(
+        default=2, metadata={"help": "attention-DP size", "flag": "--dp", "stem": "dp{}".format}
     )
     chunked_prefill_size: int = field(
-        default=4096, metadata={"help": "global --chunked-prefill-size given to both sides"}
+        default=4096,
+        metadata={
+            "help": "global --chunked-prefill-size given to both sides",
+            "stem": "chunk{}".format,
+        },
     )
-    delayer: bool = field(default=True, metadata=metadata_of(RunOptions, "delayer"))
+    release: str = field(
+        default="0.5.23",
+        metadata={
+            "help": "the SGLang release both sides run",
+            "cli": False,
+            "stem": "sglang{}".format,
+        },
+    )
+    delayer: bool = field(
+        default=True,
+        metadata={
+            **metadata_of(RunOptions, "delayer"),
+            "stem": lambda v: None if v else "nodelayer",
+        },
+    )
     repeats: int = field(
         default=1,
-        metadata={"help": "server runs per release (the twin is deterministic; the server is not)"},
+        metadata={
+            "help": "server runs per release (the twin is deterministic; the server is not)",
+            "stem": lambda v: None,  # each repeat has its own file: -server-r<i>
+        },
     )
-    serial_forward: bool = field(default=False, metadata=metadata_of(RunOptions, "serial_forward"))
+    serial_forward: bool = field(
+        default=False,
+        metadata={
+            **metadata_of(RunOptions, "serial_forward"),
+            "stem": lambda v: "serial" if v else None,
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -273,14 +304,18 @@ def compare(
 
 
 def run_stem(inp: Inputs) -> str:
-    """The file-name stem of a fidelity setting's results: every input that changes a run is
-    in it (a delayer-off run never overwrites, or is reused for, a delayer-on one)."""
-    stem = f"{Path(inp.spec).stem}-dp{inp.dp}-chunk{inp.chunked_prefill_size}-sglang{inp.release}"
-    if not inp.delayer:
-        stem += "-nodelayer"
-    if inp.serial_forward:
-        stem += "-serial"
-    return stem
+    """The file-name stem of a fidelity setting's results, built from every field of
+    :class:`Inputs` by its ``stem`` metadata (a field without one fails: every input that
+    changes a run is in the name, so a delayer-off run never overwrites, or is reused for, a
+    delayer-on one, and a new input cannot be forgotten)."""
+    parts = []
+    for f in dataclasses.fields(inp):
+        if "stem" not in f.metadata:
+            raise TypeError(f"Inputs.{f.name} has no 'stem' metadata: say how it names a run")
+        part = f.metadata["stem"](getattr(inp, f.name))
+        if part is not None:
+            parts.append(part)
+    return "-".join(parts)
 
 
 def run(

@@ -530,6 +530,7 @@ def execute(
         "executor": executor,
         "command": prep.command,
         "server_config": asdict(cfg),
+        "run_options": asdict(opts),  # the schema this run was given (dpbench.schema)
         "kv_plan": prep.kv_plan,
         "schedule": prep.schedule.kind,
         "slo": asdict(opts.slo),
