@@ -2,7 +2,8 @@
 
 One server per release (0.5.23, and 0.5.16 for the early placement) replays a small
 high-KV trace through the suite's own client; every assertion about that run shares it.
-The process-lifecycle tests start servers through the CLI and signal the parent.
+The process-lifecycle tests are in ``test_server_lifecycle.py`` (a file of their own, so the
+two pytest workers start their servers in parallel).
 """
 
 from __future__ import annotations
@@ -10,49 +11,27 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from simserver import DPBENCH, SPEC, server_processes, server_sessions, sim_options
 
 from dpbench import results
-from dpbench.procs import free_port, free_port_with
-from dpbench.server.run import RunIncomplete, RunOptions, ServerRunError, execute, prepare
-from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS
-
-SPEC = str(Path(__file__).parent / "data" / "sim-smoke.yaml")
-DPBENCH = str(Path(sys.executable).parent / "dpbench")
+from dpbench.server.run import execute, prepare
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 
-def _options(release: str, tmp: Path, **kw) -> RunOptions:
-    return RunOptions(
-        spec=SPEC,
-        dp_size=2,
-        simulate_forward=True,
-        sglang=release,
-        log_dir=str(tmp),
-        # delays time out after one pass: a rank then prefills beside a decoding one, so the
-        # trace shows all three step kinds with the delayer's counters moving
-        delayer_max_delay_passes=1,
-        chunked_prefill_size=4096,  # SGLang's CPU default, given so a replay can use it
-        **kw,
-    )
-
-
 def _run(release: str, tmp: Path) -> tuple[object, dict, list, set[int]]:
-    prep = prepare(_options(release, tmp))
+    prep = prepare(sim_options(release, tmp))
     outcomes: list = []
     sessions: set[int] = set()
 
     def on_done(outcome) -> None:
         if not sessions:
-            sessions.update(_server_sessions(str(tmp)))
+            sessions.update(server_sessions(str(tmp)))
         outcomes.append(outcome)
 
     result = execute(prep, on_done=on_done)
@@ -66,43 +45,6 @@ def sim_run(request, tmp_path_factory):
     prep, result, outcomes, sessions = _run(request.param, tmp)
     print(f"simulated server {request.param}: {time.monotonic() - t0:.0f} s")
     return request.param, tmp, prep, result, outcomes, sessions
-
-
-def _stat(pid: str) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _server_sessions(marker: str) -> set[int]:
-    """Sessions of the servers whose environment names ``marker`` (the guard's is never retitled)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        stat = _stat(entry)
-        if stat and marker.encode() in env and stat[0] != "Z":
-            found.add(int(stat[3]))  # session id
-    return found
-
-
-def _in_sessions(sessions: set[int]) -> list[int]:
-    """Live processes of those sessions: SGLang retitles its processes (setproctitle overwrites
-    /proc/PID/environ), but they stay in the session the launcher's guard leads."""
-    return [
-        int(e)
-        for e in os.listdir("/proc")
-        if e.isdigit() and (st := _stat(e)) and st[0] != "Z" and int(st[3]) in sessions
-    ]
-
-
-def _server_processes(marker: str, sessions: set[int] | None = None) -> list[int]:
-    return _in_sessions((sessions or set()) | _server_sessions(marker))
 
 
 def test_every_request_decodes_exactly_its_max_new_tokens(sim_run):
@@ -302,195 +244,4 @@ def test_the_divergence_finder_on_a_real_run_and_an_injected_departure(sim_run, 
 def test_no_server_process_is_left_after_the_run(sim_run):
     _, tmp, _, _, _, sessions = sim_run
     assert sessions, "the server's session was not seen during the run"
-    assert _server_processes(str(tmp), sessions) == []
-
-
-def _cli_run(tmp: Path, port: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            DPBENCH,
-            "server",
-            "run",
-            SPEC,
-            "--dp",
-            "2",
-            "--simulate-forward",
-            "--sglang",
-            "0.5.23",
-            "--port",
-            str(port),
-            "--log-dir",
-            str(tmp),
-            "-o",
-            str(tmp / "run.json"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _wait_until(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def test_no_sglang_process_survives_sigterm_ctrl_c_or_sigkill_of_the_parent(tmp_path):
-    # Three parents at once (the start-ups overlap); each is signalled as soon as SGLang has
-    # started its scheduler processes (leader + DP controller/schedulers share the marker).
-    runs = {}
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
-        tmp = tmp_path / sig.name
-        tmp.mkdir()
-        runs[sig] = (tmp, _cli_run(tmp, free_port()))
-    try:
-        sessions: dict[signal.Signals, set[int]] = {}
-        for sig, (tmp, parent) in runs.items():
-            _wait_until(
-                lambda t=tmp: len(_server_processes(str(t))) >= 4,
-                300,
-                f"SGLang's processes ({sig.name})",
-            )
-            sessions[sig] = _server_sessions(str(tmp))
-            parent.send_signal(sig)
-        for sig, (tmp, parent) in runs.items():
-            parent.wait(timeout=90)
-            _wait_until(
-                lambda t=tmp, s=sig: not _server_processes(str(t), sessions[s]),
-                60,
-                f"every SGLang process gone after {sig.name}",
-            )
-    finally:
-        for _, parent in runs.values():
-            if parent.poll() is None:
-                parent.kill()
-                parent.wait()
-
-
-def test_a_taken_port_is_one_clear_line(tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        with pytest.raises(ServerRunError, match=rf"port {port} on 127.0.0.1 is taken"):
-            prepare(_options("0.5.23", tmp_path, port=port))
-
-
-def test_a_server_dying_at_start_up_names_the_failure_and_the_log(tmp_path):
-    proc = subprocess.run(
-        [
-            DPBENCH,
-            "server",
-            "run",
-            SPEC,
-            "--dp",
-            "2",
-            "--simulate-forward",
-            "--sglang",
-            "0.5.23",
-            "--log-dir",
-            str(tmp_path),
-            "--sglang-arg",
-            "--max-running-requests=abc",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 1
-    out = " ".join(proc.stderr.split())
-    assert "the server exited (status 2)" in out and f"server log: {tmp_path}" in out, out
-    assert "invalid int value: 'abc'" in out, out
-    assert _server_processes(str(tmp_path)) == []
-
-
-def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path):
-    prep = prepare(_options("0.5.23", tmp_path))
-    killed = []
-    sessions: set[int] = set()
-
-    def kill_a_rank(outcome) -> None:
-        if killed:
-            return
-        sessions.update(_server_sessions(str(tmp_path)))
-        # rank 1's scheduler process, as its own step records name it
-        records = sorted(tmp_path.glob("*/steps/rank1.jsonl"))
-        pid = json.loads(records[0].read_text().splitlines()[0])["pid"]
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-
-    with pytest.raises(RunIncomplete) as info:
-        execute(prep, on_done=kill_a_rank)
-    assert killed, "no scheduler process found to kill"
-    msg = str(info.value)
-    assert "\n" not in msg and "server log:" in msg and "partial result kept" in msg
-    assert info.value.result["extra"]["incomplete"].startswith("server process died")
-    assert _server_processes(str(tmp_path), sessions) == []
-
-
-def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
-    """SGLang's own --nnodes/--node-rank/--dist-init-addr: node 1 by `server launch`, node 0 by `server run`."""
-    # SGLang derives its inter-node ZMQ ports from the dist-init port: keep the whole block
-    # free and outside the kernel's ephemeral range (an outgoing socket once took one).
-    addr = f"127.0.0.1:{free_port_with(range(1, 64))}"
-    steps = tmp_path / "steps"  # one directory both "nodes" write their ranks' records to
-    common = ["--dp", "2", "--simulate-forward", "--sglang", "0.5.23", "--nnodes", "2",
-              "--dist-init-addr", addr, "--step-records-dir", str(steps)]  # fmt: skip
-    node1 = subprocess.Popen(
-        [
-            DPBENCH,
-            "server",
-            "launch",
-            SPEC,
-            *common,
-            "--node-rank",
-            "1",
-            "--port",
-            str(free_port_with(DERIVED_PORT_OFFSETS)),
-            "--log",
-            str(tmp_path / "node1.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        node0 = subprocess.run(
-            [
-                DPBENCH,
-                "server",
-                "run",
-                SPEC,
-                *common,
-                "--node-rank",
-                "0",
-                "--log-dir",
-                str(tmp_path),
-                "-o",
-                str(tmp_path / "run.json"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert node0.returncode == 0, node0.stderr[-3000:]
-        result = results.load(tmp_path / "run.json")
-        m = result["metrics"]
-        assert m["requests_ok_total"]["value"] == 24 and m["errors_total"]["value"] == 0
-        assert m["delayer_outcomes_total"]["value"] > 0
-        assert (
-            result["extra"]["steps"]["steps_per_rank"][0]
-            == result["extra"]["steps"]["steps_per_rank"][1]
-            > 0
-        )
-        node1.wait(timeout=120)  # node 1's SGLang exits once node 0's is gone
-    finally:
-        if node1.poll() is None:
-            node1.send_signal(signal.SIGINT)
-            node1.wait(timeout=120)
+    assert server_processes(str(tmp), sessions) == []

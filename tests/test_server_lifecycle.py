@@ -1,0 +1,185 @@
+"""The simulated-forward server's process lifecycle on this CPU (real wheels): servers started
+through the CLI and signalled, a taken port, a server dying at start-up or a rank dying
+mid-run, two nodes on loopback. No SGLang process may outlive any of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+from simserver import (
+    DPBENCH,
+    SPEC,
+    cli_run,
+    server_processes,
+    server_sessions,
+    sim_options,
+    wait_until,
+)
+
+from dpbench import results
+from dpbench.procs import free_port, free_port_with
+from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
+from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+
+def test_no_sglang_process_survives_sigterm_ctrl_c_or_sigkill_of_the_parent(tmp_path):
+    # Three parents at once (the start-ups overlap); each is signalled as soon as SGLang has
+    # started its scheduler processes (leader + DP controller/schedulers share the marker).
+    runs = {}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+        tmp = tmp_path / sig.name
+        tmp.mkdir()
+        runs[sig] = (tmp, cli_run(tmp, free_port()))
+    try:
+        sessions: dict[signal.Signals, set[int]] = {}
+        for sig, (tmp, parent) in runs.items():
+            wait_until(
+                lambda t=tmp: len(server_processes(str(t))) >= 4,
+                300,
+                f"SGLang's processes ({sig.name})",
+            )
+            sessions[sig] = server_sessions(str(tmp))
+            parent.send_signal(sig)
+        for sig, (tmp, parent) in runs.items():
+            parent.wait(timeout=90)
+            wait_until(
+                lambda t=tmp, s=sig: not server_processes(str(t), sessions[s]),
+                60,
+                f"every SGLang process gone after {sig.name}",
+            )
+    finally:
+        for _, parent in runs.values():
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait()
+
+
+def test_a_taken_port_is_one_clear_line(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ServerRunError, match=rf"port {port} on 127.0.0.1 is taken"):
+            prepare(sim_options("0.5.23", tmp_path, port=port))
+
+
+def test_a_server_dying_at_start_up_names_the_failure_and_the_log(tmp_path):
+    proc = subprocess.run(
+        [
+            DPBENCH,
+            "server",
+            "run",
+            SPEC,
+            "--dp",
+            "2",
+            "--simulate-forward",
+            "--sglang",
+            "0.5.23",
+            "--log-dir",
+            str(tmp_path),
+            "--sglang-arg",
+            "--max-running-requests=abc",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1
+    out = " ".join(proc.stderr.split())
+    assert "the server exited (status 2)" in out and f"server log: {tmp_path}" in out, out
+    assert "invalid int value: 'abc'" in out, out
+    assert server_processes(str(tmp_path)) == []
+
+
+def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path):
+    prep = prepare(sim_options("0.5.23", tmp_path))
+    killed = []
+    sessions: set[int] = set()
+
+    def kill_a_rank(outcome) -> None:
+        if killed:
+            return
+        sessions.update(server_sessions(str(tmp_path)))
+        # rank 1's scheduler process, as its own step records name it
+        records = sorted(tmp_path.glob("*/steps/rank1.jsonl"))
+        pid = json.loads(records[0].read_text().splitlines()[0])["pid"]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    with pytest.raises(RunIncomplete) as info:
+        execute(prep, on_done=kill_a_rank)
+    assert killed, "no scheduler process found to kill"
+    msg = str(info.value)
+    assert "\n" not in msg and "server log:" in msg and "partial result kept" in msg
+    assert info.value.result["extra"]["incomplete"].startswith("server process died")
+    assert server_processes(str(tmp_path), sessions) == []
+
+
+def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
+    """SGLang's own --nnodes/--node-rank/--dist-init-addr: node 1 by `server launch`, node 0 by `server run`."""
+    # SGLang derives its inter-node ZMQ ports from the dist-init port: keep the whole block
+    # free and outside the kernel's ephemeral range (an outgoing socket once took one).
+    addr = f"127.0.0.1:{free_port_with(range(1, 64))}"
+    steps = tmp_path / "steps"  # one directory both "nodes" write their ranks' records to
+    common = ["--dp", "2", "--simulate-forward", "--sglang", "0.5.23", "--nnodes", "2",
+              "--dist-init-addr", addr, "--step-records-dir", str(steps)]  # fmt: skip
+    node1 = subprocess.Popen(
+        [
+            DPBENCH,
+            "server",
+            "launch",
+            SPEC,
+            *common,
+            "--node-rank",
+            "1",
+            "--port",
+            str(free_port_with(DERIVED_PORT_OFFSETS)),
+            "--log",
+            str(tmp_path / "node1.log"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        node0 = subprocess.run(
+            [
+                DPBENCH,
+                "server",
+                "run",
+                SPEC,
+                *common,
+                "--node-rank",
+                "0",
+                "--log-dir",
+                str(tmp_path),
+                "-o",
+                str(tmp_path / "run.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert node0.returncode == 0, node0.stderr[-3000:]
+        result = results.load(tmp_path / "run.json")
+        m = result["metrics"]
+        assert m["requests_ok_total"]["value"] == 24 and m["errors_total"]["value"] == 0
+        assert m["delayer_outcomes_total"]["value"] > 0
+        assert (
+            result["extra"]["steps"]["steps_per_rank"][0]
+            == result["extra"]["steps"]["steps_per_rank"][1]
+            > 0
+        )
+        node1.wait(timeout=120)  # node 1's SGLang exits once node 0's is gone
+    finally:
+        if node1.poll() is None:
+            node1.send_signal(signal.SIGINT)
+            node1.wait(timeout=120)
