@@ -472,7 +472,9 @@ class RankScheduler:
             for t in release:  # its result is processed: KV back to the pool / tree
                 self._release(t, finished=True)
                 del self._by_req[t.req.rid]
-            if self.lag.released(release):  # 0.5.23: filtered before the next pass
+            held = {t.index for t in self.running}
+            # a request that already left the batch (its decode skipped) has nothing to filter
+            if self.lag.released([t for t in release if t.index in held]):  # 0.5.23: now
                 done = {t.index for t in release}
                 before = len(self.running)
                 self.running = [t for t in self.running if t.index not in done]
