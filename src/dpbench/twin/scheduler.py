@@ -237,20 +237,9 @@ class RankScheduler:
                 seen=seen,
             )
         retracted = self._make_room_for_decode()
-        if retracted is None:  # 0.5.23 sat this step's decode out
-            return PassPlan(
-                kind=KIND_IDLE,
-                batch=[],
-                new_tokens=0,
-                context_tokens=0,
-                attn_pairs=0,
-                outcome=outcome,
-                reported_prefillable=reported,
-                admitted=0,
-                retracted=0,
-                seen=seen,
-            )
-        if self.running:
+        skipped = retracted is None  # 0.5.23 sat this step's decode out
+        retracted = retracted or 0
+        if self.running and not skipped:
             ctx = sum(t.kv_tokens + 1 for t in self.running)
             return PassPlan(
                 kind=KIND_DECODE,
