@@ -205,14 +205,18 @@ def test_ablation_arm_hides_the_delayer_from_chunk_continuations(release_env, tm
         tmp_path / "ablation.json",
         hide_delayer_from_chunked_req=True,
         batch_is_full_rule="always",
+        skip_finishing_decode=False,
         rank_mode="threads",
     )
     assert r["extra"]["config"]["scheduler"]["hide_delayer_from_chunked_req"] is True
+    assert r["extra"]["twin_config"]["scheduler"]["skip_finishing_decode"] is False
     assert any("ablation arm" in n for n in r["notes"])
     assert r["metrics"]["requests_finished_count"]["value"] == 60
     d = r["extra"]["scheduler_defaults"]
     assert d["batch_is_full_on_no_token"] == "always"
     assert d["sources"]["batch_is_full_on_no_token"] == "--batch-is-full-rule"
+    assert d["skip_finishing_decode"] is False  # 0.5.23's own rule turned back by the arm
+    assert d["sources"]["skip_finishing_decode"] == "--skip-finishing-decode"
 
 
 def test_injected_scenario_failure_fails_the_run(release_env, tmp_path):
