@@ -103,3 +103,24 @@ def test_every_input_but_the_repeat_count_names_the_run_files():
     for name, value in changed.items():
         other = replace(base, **{name: value})
         assert (run_stem(other) == run_stem(base)) == (name == "repeats"), name
+
+
+def test_a_server_run_that_lost_requests_is_not_compared():
+    """A run whose client gave up on requests (the server then aborted them) is invalid: the
+    twin serves every request, so the comparison fails naming the run and the error kinds.
+    Found on long-prompt-burst at DP 2 (2026-12-02): 248 of 1,024 requests timed out after
+    600 s without a byte, and the server's TTFT read 24 % below the twin's."""
+    from pathlib import Path
+
+    from dpbench.server.fidelity import FidelityError, check_complete
+
+    def run(ok: float, timeouts: float) -> dict:
+        m = {"requests_total": 1024.0, "requests_ok_total": ok, "errors_total": timeouts,
+             "errors_timeout_total": timeouts, "errors_http_total": 0.0}  # fmt: skip
+        return {"metrics": {k: {"value": v} for k, v in m.items()}}
+
+    check_complete(run(1024.0, 0.0), Path("r0.json"))
+    with pytest.raises(
+        FidelityError, match=r"r1.json: 248 of 1024 requests did not complete \({'timeout': 248}\)"
+    ):
+        check_complete(run(776.0, 248.0), Path("r1.json"))

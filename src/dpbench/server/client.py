@@ -242,8 +242,13 @@ async def sglang_generate(
     return out
 
 
+# bench_serving's aiohttp timeout (6 h): a request queued behind a long burst may wait many
+# minutes for its first byte, and a client that gives up first aborts it on the server
+DEFAULT_READ_TIMEOUT_S = 6 * 60 * 60.0
+
+
 def make_session(
-    *, max_connections: int = 0, read_timeout_s: float | None = 600.0
+    *, max_connections: int = 0, read_timeout_s: float | None = DEFAULT_READ_TIMEOUT_S
 ) -> aiohttp.ClientSession:
     """The one ClientSession a run shares: unbounded pool (the driver bounds concurrency), big read buffer."""
     connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, force_close=False)

@@ -235,6 +235,28 @@ def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
     return result
 
 
+def check_complete(server: dict[str, Any], path: Path) -> None:
+    """A server run is comparable with the twin only if every request completed: a request the
+    client gave up on (a timeout, a disconnect) is aborted on the server and leaves its
+    queue, which the twin, serving every request, never does. Such a run is invalid: it
+    fails the comparison, naming the run and what went wrong."""
+    m = server.get("metrics", {})
+    total, ok = _value(server, "requests_total"), _value(server, "requests_ok_total")
+    if math.isnan(total) or math.isnan(ok):
+        raise FidelityError(f"{path}: no request counts; not a server run result")
+    if ok < total:
+        kinds = {
+            k.removeprefix("errors_").removesuffix("_total"): int(v["value"])
+            for k, v in m.items()
+            if k.startswith("errors_") and k != "errors_total" and v["value"]
+        }
+        raise FidelityError(
+            f"{path}: {int(total - ok)} of {int(total)} requests did not complete ({kinds}); "
+            "the server aborted them, so the run is not comparable with the twin (a client "
+            "timeout: give a longer --client-read-timeout-s, or remove the file to re-run it)"
+        )
+
+
 def server_idle_pass_ms(server: dict[str, Any], dp: int) -> float:
     """Mean length of the server's passes that ran no batch on any rank while requests waited,
     from its stand-in's records, counted from the first trace request's arrival (SGLang's
@@ -343,6 +365,8 @@ def run(
         else run_server(inp, path, out_dir / "server-logs")
         for path in paths
     ]
+    for path, srv in zip(paths, servers, strict=True):
+        check_complete(srv, path)
     replay_paths = [out_dir / f"{stem}-twin-replay-r{i}.json" for i in range(inp.repeats)]
     # the twin on each server run's own arrivals, its idle passes as long as that server's
     # event loop took to come round with no batch anywhere and requests waiting (measured

@@ -136,12 +136,17 @@ async def drive(
     session: aiohttp.ClientSession | None = None,
     request_func: RequestFunc = sglang_generate,
     on_done: Callable[[RequestOutcome], None] | None = None,
+    read_timeout_s: float | None = None,
 ) -> LoadResult:
-    """Send ``requests`` per ``schedule`` over one shared session; return every outcome in request order."""
+    """Send ``requests`` per ``schedule`` over one shared session; return every outcome in request order.
+
+    ``read_timeout_s``: how long a request may go without a byte (default: bench_serving's 6 h)."""
     if schedule.offsets_s is not None and len(schedule.offsets_s) != len(requests):
         raise ScheduleError(f"{len(requests)} requests but {len(schedule.offsets_s)} arrival times")
     own_session = session is None
-    session = session or make_session()
+    session = session or make_session(
+        **({} if read_timeout_s is None else {"read_timeout_s": read_timeout_s})
+    )
     base_url = base_url.rstrip("/")
     outcomes: list[RequestOutcome | None] = [None] * len(requests)
     lateness: list[float] = []

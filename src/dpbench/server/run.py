@@ -130,6 +130,14 @@ class RunOptions:
     startup_deadline_s: float = field(
         default=1200.0, metadata={"help": "seconds the server may take to become ready"}
     )
+    client_read_timeout_s: float = field(
+        default=6 * 60 * 60.0,
+        metadata={
+            "help": "seconds a request may wait for its next byte before the client gives up "
+            "(and the server aborts it); bench_serving's 6 h by default: at 600 s a run of "
+            "long-prompt-burst at DP 2 lost a quarter of its requests"
+        },
+    )
     max_requests: int | None = field(
         default=None, metadata={"help": "replay only the first N requests"}
     )
@@ -197,6 +205,10 @@ class RunOptions:
             raise RunOptionsError(f"time_scale must be in (0, 100], got {self.time_scale}")
         if self.max_requests is not None and self.max_requests < 1:
             raise RunOptionsError(f"max_requests must be ≥ 1, got {self.max_requests}")
+        if not self.client_read_timeout_s > 0:
+            raise RunOptionsError(
+                f"client_read_timeout_s must be > 0, got {self.client_read_timeout_s}"
+            )
         if self.serial_forward and not self.simulate_forward:
             raise RunOptionsError("--serial-forward needs --simulate-forward")
 
@@ -521,7 +533,15 @@ def execute(
         before = scrape(base_url)
         t_load = time.monotonic()
         with _RankWatch(server) as watch:
-            load = run_load(drive(prep.requests, prep.schedule, base_url=base_url, on_done=on_done))
+            load = run_load(
+                drive(
+                    prep.requests,
+                    prep.schedule,
+                    base_url=base_url,
+                    on_done=on_done,
+                    read_timeout_s=opts.client_read_timeout_s,
+                )
+            )
         died = watch.died
         if died is None:
             after = scrape(base_url)
