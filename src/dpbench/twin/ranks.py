@@ -593,7 +593,11 @@ def run_ranks(job: RankJob, *, on_progress: ProgressFn | None = None) -> list[Ra
                     # drain a result or error it may have sent just before exiting
                     for c, r in list(open_conns.items()):
                         if r == rank and c.poll():
-                            msg = c.recv()
+                            try:
+                                msg = c.recv()
+                            except (EOFError, OSError):  # it died without a word: closed pipe
+                                del open_conns[c]
+                                continue
                             if msg[0] == "result":
                                 results[rank] = msg[2]
                             elif msg[0] == "error":
