@@ -67,25 +67,15 @@ def server_processes(marker: str, sessions: set[int] | None = None) -> list[int]
     return in_sessions((sessions or set()) | server_sessions(marker))
 
 
+def cli_args(tmp: Path, *extra: str) -> list[str]:
+    """``dpbench server run`` of the smoke spec on 0.5.23, simulated forward, logs in ``tmp``."""
+    return [DPBENCH, "server", "run", SPEC, "--dp", "2", "--simulate-forward",
+            "--sglang", "0.5.23", "--log-dir", str(tmp), *extra]  # fmt: skip
+
+
 def cli_run(tmp: Path, port: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            DPBENCH,
-            "server",
-            "run",
-            SPEC,
-            "--dp",
-            "2",
-            "--simulate-forward",
-            "--sglang",
-            "0.5.23",
-            "--port",
-            str(port),
-            "--log-dir",
-            str(tmp),
-            "-o",
-            str(tmp / "run.json"),
-        ],
+        cli_args(tmp, "--port", str(port), "-o", str(tmp / "run.json")),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -13,6 +13,7 @@ import pytest
 from simserver import (
     DPBENCH,
     SPEC,
+    cli_args,
     cli_run,
     server_processes,
     server_sessions,
@@ -73,21 +74,7 @@ def test_a_taken_port_is_one_clear_line(tmp_path):
 
 def test_a_server_dying_at_start_up_names_the_failure_and_the_log(tmp_path):
     proc = subprocess.run(
-        [
-            DPBENCH,
-            "server",
-            "run",
-            SPEC,
-            "--dp",
-            "2",
-            "--simulate-forward",
-            "--sglang",
-            "0.5.23",
-            "--log-dir",
-            str(tmp_path),
-            "--sglang-arg",
-            "--max-running-requests=abc",
-        ],
+        cli_args(tmp_path, "--sglang-arg", "--max-running-requests=abc"),
         capture_output=True,
         text=True,
         timeout=600,
