@@ -24,7 +24,7 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -312,7 +312,3 @@ def with_options(
 def metadata_of(cls: type, name: str) -> Mapping[str, Any]:
     """Field ``name``'s metadata in schema ``cls``: an option another schema shares (same help, flag)."""
     return next(f.metadata for f in dataclasses.fields(cls) if f.name == name)
-
-
-def option_names(cls: type) -> Iterator[str]:
-    return (o.name for o in options(cls))

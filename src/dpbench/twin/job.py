@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpbench.schema import SchemaError, from_dict, options, parse_overrides, replace, to_dict
+from dpbench.schema import SchemaError, from_dict, parse_overrides, replace, to_dict
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 
 
@@ -98,7 +98,3 @@ def apply_modes(config: TwinConfig, modes: dict[str, Any]) -> TwinConfig:
         return replace(config, **modes)
     except SchemaError as exc:
         raise TwinConfigError(str(exc)) from None
-
-
-def option_names() -> list[str]:
-    return [o.name for o in options(TwinConfig)]
