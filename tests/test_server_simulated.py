@@ -120,7 +120,10 @@ def test_the_overlap_schedule_launches_onto_a_busy_virtual_device(sim_run):
     rows = ranks[0]
     early = sum(b["t"] < a["end"] for a, b in itertools.pairwise(rows) if a["kind"] != "idle")
     busy = sum(a["kind"] != "idle" for a in rows[:-1])
-    assert early > busy / 2, (early, busy)
+    # how often the launch beats the device depends on this machine's load (between 0.3 and
+    # 0.7 of busy steps here); that it happens at all is the overlap: without it SGLang reads
+    # step k's results (waiting for its device end) before it schedules k+1
+    assert 0 < early <= busy, (early, busy)
 
 
 def test_scheduler_arrivals_are_recorded_and_the_twin_replays_them(sim_run, tmp_path):
@@ -216,14 +219,23 @@ def test_the_divergence_finder_on_a_real_run_and_an_injected_departure(sim_run, 
     forwards = sum(1 for s in server if dv.step_kind(s) != "none")
     assert forwards == result["metrics"]["steps_count"]["value"]
     # no decision departs: where a rank's forward differs, what it saw differed first (an
-    # arrival a pass apart), except on 0.5.23 for the one departure the twin is known to have:
-    # its overlap loop skips the extra decode of a request the in-flight step finishes
-    # (enable_skip_finishing_decode) and the twin still decodes it (docs/twin.md)
+    # arrival a pass apart). "What it saw" counts the running requests its decode will run:
+    # not those already finished that the next decode filters out (0.5.16/0.5.17), nor on
+    # 0.5.23 those its overlap loop leaves out because the in-flight step finishes them
+    # (enable_skip_finishing_decode): both sides record both per pass
     decisions = rep["departures"]["decision_pairs"]
-    if release == "0.5.16":
-        assert decisions == {}, rep["departures"]
+    assert decisions == {}, rep["departures"]
+    where = Path(result["extra"]["step_records_dir"])
+    passes = [json.loads(x) for f in where.glob("passes-rank*.jsonl") for x in f.open()]
+    assert passes
+    if release == "0.5.23":
+        assert any(p.get("finishing") for p in passes), "no pass saw a finishing request"
+        # a rank whose every running request finishes in flight sits the step out
+        assert any(p["kind"] == "idle" and p["running"] == p["finishing"] > 0 for p in passes)
     else:
-        assert set(decisions) <= {"idle:empty → decode:empty"}, rep["departures"]
+        assert all("finishing" not in p for p in passes)
+        # under the overlap lag a finished request stays in the batch until the next decode
+        assert any(p["finished"] > 0 for p in passes)
     # inject: the twin's rank 1 extends at a step where both ranks decode, inside the run
     twin = dv.replay_twin(tmp / "run.json", tmp_path / "twin.json")
     base = dv.compare(server, dv.twin_steps(twin))["first_divergence"]

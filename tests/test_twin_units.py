@@ -118,6 +118,8 @@ def _rank(kind, reported=None, allowed=None, admitted=None, kv=None):
         running=np.ones(n, dtype=np.int32),
         chunked=np.full(n, -1, dtype=np.int32),
         token_usage=np.full(n, 0.5, dtype=np.float32),
+        finishing=np.full(n, -1, dtype=np.int32),
+        finished=np.zeros(n, dtype=np.int32),
         admitted_idx=[[0] * int(a) for a in (admitted if admitted is not None else [0] * n)],
         token_s=[np.linspace(1.0, 2.0, 10).tolist()],
     )

@@ -19,7 +19,10 @@ prefillable: a KV-budget or batch-full refusal), and the same for ``idle:*``. Th
   counted on each side (alignment-free: where the excess mixed steps come from);
 - **first divergence**: the first step whose per-rank kinds differ, with both sides' state
   around it, and whether the ranks had seen the same state there (a *decision*
-  divergence) or not (the *inputs* had already parted, e.g. an arrival one pass apart);
+  divergence) or not (the *inputs* had already parted, e.g. an arrival one pass apart).
+  A rank's state counts the running requests its decode would run: not those already
+  finished that the next decode filters out (0.5.16/0.5.17), nor on 0.5.23 those whose
+  in-flight step finishes them (``finished``/``finishing`` in both sides' records);
 - **departures**: the two step sequences aligned (``difflib``), and for each stretch
   where they differ, which rank did what on each side, counted by label pair: the places
   they most often part.
@@ -59,6 +62,17 @@ class RankPass:
     reported: bool | None = None  # told the delayer "prefillable" (first report of the pass)
     allow: bool | None = None
     reason: str | None = None  # input_estimation/output_reason
+    # running requests the pass's decode leaves out because their in-flight step finishes
+    # them (0.5.23's overlap loop); None: the release has no such rule
+    finishing: int | None = None
+    # running requests already finished, filtered out by the next decode (0.5.16/0.5.17);
+    # None: not recorded (results before 2026-12-02)
+    finished: int | None = None
+
+    @property
+    def decoding(self) -> int:
+        """The running requests this pass's decode would run."""
+        return self.running - (self.finishing or 0) - (self.finished or 0)
 
     def brief(self) -> str:
         delayer = ""
@@ -70,6 +84,10 @@ class RankPass:
             )
         usage = f" usage={self.usage:.3f}" if self.usage is not None else ""
         chunk = " chunk" if self.chunked else ""
+        if self.finished:
+            chunk = f" done={self.finished}{chunk}"
+        if self.finishing:
+            chunk = f" f={self.finishing}{chunk}"
         adm = f" +{len(self.admitted)}" if self.admitted else ""
         return (
             f"{KIND_CODE[self.kind]} w={self.waiting} r={self.running}{chunk}{adm}{usage}{delayer}"
@@ -180,6 +198,8 @@ def _server_pass(rec: dict[str, Any] | None) -> RankPass:
         reported=rec.get("reported"),
         allow=rec.get("allow"),
         reason=reason,
+        finishing=rec.get("finishing"),
+        finished=rec.get("finished"),
     )
 
 
@@ -209,6 +229,8 @@ def twin_steps(result: dict[str, Any]) -> list[Step]:
         raise DivergeError(f"the twin's timeline lacks {', '.join(missing)} (an older dpbench)")
     ids = tl["request_ids"]
     dp = len(tl["rank_kind"])
+    finishing = tl.get("rank_finishing")  # these two are absent from results before 2026-12-02
+    finished = tl.get("rank_finished")
     steps = []
     for i in range(len(tl["rank_kind"][0])):
         step = []
@@ -228,6 +250,8 @@ def twin_steps(result: dict[str, Any]) -> list[Step]:
                     reported=None if reported < 0 else bool(reported),
                     allow=None if reported < 0 else bool(tl["rank_allowed"][r][i]),
                     reason=verdict or None,
+                    finishing=None if finishing is None or finishing[r][i] < 0 else finishing[r][i],
+                    finished=None if finished is None else finished[r][i],
                 )
             )
         steps.append(_normalise(step))
@@ -257,13 +281,15 @@ def _forward(p: RankPass) -> str:
     return p.kind if p.kind in ("extend", "decode") else "none"
 
 
-def _seen(p: RankPass) -> tuple[int, int, bool]:
-    return (p.waiting, p.running, p.chunked is not None)
+def _seen(p: RankPass) -> tuple[int, int, int, bool]:
+    return (p.waiting, p.running, p.decoding, p.chunked is not None)
 
 
 def _coarse(p: RankPass) -> tuple[bool, bool, bool]:
-    """What decides a rank's kind of forward, qualitatively: requests waiting, running, a chunk."""
-    return (p.waiting > 0, p.running > 0, p.chunked is not None)
+    """What decides a rank's kind of forward, qualitatively: requests waiting, requests its
+    decode would run (not those already finished, nor on 0.5.23 those its in-flight step
+    finishes), a chunk."""
+    return (p.waiting > 0, p.decoding > 0, p.chunked is not None)
 
 
 def first_divergence(

@@ -205,6 +205,8 @@ class RankResult:
     running: np.ndarray | None = None
     chunked: np.ndarray | None = None
     token_usage: np.ndarray | None = None
+    finishing: np.ndarray | None = None  # int32, -1 where the release has no such rule
+    finished: np.ndarray | None = None  # int32
     admitted_idx: list[list[int]] | None = None
     # per request of ``requests``, in the same order: when each output token appeared
     token_s: list[list[float]] | None = None
@@ -303,6 +305,8 @@ class StepRecords:
         self.running: list[int] = []
         self.chunked: list[int] = []
         self.token_usage: list[float] = []
+        self.finishing: list[int] = []
+        self.finished: list[int] = []
         self.admitted_idx: list[list[int]] = []
         self.labels: dict[tuple[str, str, str, str], int] = {}
 
@@ -331,6 +335,8 @@ class StepRecords:
         self.running.append(seen.running)
         self.chunked.append(seen.chunked)
         self.token_usage.append(seen.token_usage)
+        self.finishing.append(seen.finishing)
+        self.finished.append(seen.finished)
         self.admitted_idx.append([t.index for t in plan.batch] if plan.kind == KIND_EXTEND else [])
         if plan.outcome is not None:
             key = plan.outcome.labels()
@@ -531,6 +537,8 @@ def _result(
         running=np.asarray(rec.running, dtype=np.int32),
         chunked=np.asarray(rec.chunked, dtype=np.int32),
         token_usage=np.asarray(rec.token_usage, dtype=np.float32),
+        finishing=np.asarray(rec.finishing, dtype=np.int32),
+        finished=np.asarray(rec.finished, dtype=np.int32),
         admitted_idx=rec.admitted_idx,
         token_s=[t.token_s for t in served],
     )

@@ -307,6 +307,8 @@ def timeline(results: list[RankResult]) -> dict[str, Any]:
         "rank_running": [r.running.tolist() for r in results],
         "rank_chunked": [r.chunked.tolist() for r in results],
         "rank_token_usage": [np.round(r.token_usage, 4).tolist() for r in results],
+        "rank_finishing": [r.finishing.tolist() for r in results],
+        "rank_finished": [r.finished.tolist() for r in results],
         "rank_admitted_idx": [r.admitted_idx for r in results],
         "rank_false_report": [
             ((r.reported == 1) & (r.allowed == 1) & (r.admitted == 0)).astype(int).tolist()

@@ -104,6 +104,12 @@ class PassState:
     running: int
     chunked: int  # trace index of the chunked request in flight, -1: none
     token_usage: float  # what the delayer executor was built with
+    # running requests whose in-flight step emits their last token, which the pass's decode
+    # leaves out (0.5.23's ``_reqs_finishing_inflight``); -1: the release decodes them once more
+    finishing: int = -1
+    # running requests already finished (KV freed) that the next decode filters out
+    # (0.5.16/0.5.17 under the overlap lag)
+    finished: int = 0
 
 
 class RankScheduler:
@@ -196,6 +202,10 @@ class RankScheduler:
             running=len(self.running),
             chunked=self.chunked.index if self.chunked is not None else -1,
             token_usage=self.kv_used / self.kv_capacity,
+            finishing=sum(map(self.lag.is_lagged, self.running))
+            if self.lag.skips_finishing
+            else -1,
+            finished=sum(t.index in self.lag.finished_in_running for t in self.running),
         )
         self.max_prefill_bs.before_pass()
         if self.delayer is not None:

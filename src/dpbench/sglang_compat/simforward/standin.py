@@ -409,6 +409,20 @@ def _rid(req: Any) -> str | None:
     return None if req is None else str(_need(req, "rid", "which request is chunked"))
 
 
+def _finishing(sched: Any, running: Any) -> dict[str, int]:
+    """Running requests this pass's decode will not run: ``finished`` (done, their KV freed,
+    still in the batch until the next decode filters them: 0.5.16/0.5.17 under the overlap
+    lag) and ``finishing`` (their in-flight step emits their last token: 0.5.23's overlap
+    loop, ``_reqs_finishing_inflight``; absent on a release without that rule, whose decode
+    runs them once more)."""
+    reqs = _reqs(running)
+    out = {"finished": sum(bool(_need(r, "finished", "finished requests")()) for r in reqs)}
+    fn = getattr(sched, "_reqs_finishing_inflight", None)
+    if fn is not None and running is not None:
+        out["finishing"] = len(fn(running))
+    return out
+
+
 def _kv_state(sched: Any) -> dict[str, int]:
     """The pool as SGLang's ``token_usage`` counts it: used = total − free − evictable."""
     total = int(_need(sched, "max_total_num_tokens", "the KV pool"))
@@ -439,6 +453,7 @@ class PassRecorder:
             "waiting": len(_need(sched, "waiting_queue", "the waiting queue")),
             "running": len(_reqs(running)),
             "chunked": _rid(_need(sched, "chunked_req", "the chunked request in flight")),
+            **_finishing(sched, running),
         }
 
     def after(self, sched: Any, rec: dict[str, Any], batch: Any, running: Any) -> dict[str, Any]:
@@ -509,6 +524,7 @@ def record_prefill_view(original: Any, module: ModuleType) -> Any:
     def get_new_batch_prefill(self: Any, *args: Any, **kwargs: Any) -> Any:
         running = sig.bind(self, *args, **kwargs).arguments["running_batch"]
         _DELAYER_PASS["running"] = len(_reqs(running))
+        _DELAYER_PASS.update(_finishing(self, running))
         _DELAYER_PASS["waiting"] = len(_need(self, "waiting_queue", "the waiting queue"))
         return original(self, *args, **kwargs)
 
