@@ -205,7 +205,7 @@ class RankScheduler:
             finishing=sum(map(self.lag.is_lagged, self.running))
             if self.lag.skips_finishing
             else -1,
-            finished=sum(t.index in self.lag.finished_in_running for t in self.running),
+            finished=len(self.lag.finished_in_running),  # all in the batch: ResultLag.check
         )
         self.max_prefill_bs.before_pass()
         if self.delayer is not None:
