@@ -122,6 +122,7 @@ REGISTRY: tuple[Hook, ...] = (
             "waiting_queue",
             "chunked_req",
             "reqs",
+            "finished",
             "rid",
             "forward_mode",
             "batch_is_full",
@@ -136,7 +137,7 @@ REGISTRY: tuple[Hook, ...] = (
         "record the queues as the pass's prefill step sees them (running batch after the merge)",
         standin.record_prefill_view,
         requires=("running_batch",),
-        reads=("reqs", "waiting_queue"),
+        reads=("reqs", "waiting_queue", "finished"),
     ),
     Hook(
         "sglang.srt.managers.prefill_delayer",
