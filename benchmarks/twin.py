@@ -374,3 +374,68 @@ class SchedulerPass:
 
     def time_scheduler_pass(self) -> None:
         self.one_pass(self.rank)
+
+
+TraceDp = Literal[4, 8]
+TraceDispatch = Literal["round_robin", "cache_aware"]
+TRACE_SPEC = "mooncake-conversation"  # windows of the shared Mooncake trace
+TRACE_WINDOWS = (0, 1, 2)  # disjoint 2-minute windows of the trace: a real trace's repeats
+TRACE_REQUESTS = 96  # the first requests of each window, for a 2-core main job
+
+
+class TwinProductionTrace(TwinHighKV):
+    """Real traffic: windows of Mooncake's Kimi conversation trace (its arrivals, lengths and
+    prefix sharing) at DP 4 and 8, dispatched round robin (SGLang's default) or cache-aware
+    (SGLang's router in front), delayer on. Samples are the windows, the same ones for every
+    commit. Skips, naming the file and where to get it, where the trace is not on this machine.
+    """
+
+    params: ClassVar[tuple[list[Any], ...]] = (
+        list(get_args(TraceDp)),
+        list(get_args(TraceDispatch)),
+    )
+    param_names: ClassVar[list[str]] = ["dp_size", "dispatch"]
+    timeout = 3600
+    version = "twin-production-trace-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        from dpbench.twin.config import make_config
+        from dpbench.twin.run import run_twin
+
+        from .workloads import trace_path
+
+        try:
+            trace_path("mooncake")
+            require_sglang(TWIN_COMPONENTS)
+        except NotImplementedError as exc:
+            return {"skip": str(exc)}
+
+        def one(dp: int, dispatch: str, window: int) -> dict[str, Any]:
+            config = make_config(
+                dp_size=dp,
+                dispatch=dispatch,
+                rank_mode="threads",
+                record_timeline=False,
+                deadline_s=900.0,
+            )
+            result = run_twin(TRACE_SPEC, config, num_requests=TRACE_REQUESTS, seed=window)
+            save_run("twin", f"{TRACE_SPEC}-dp{dp}-{dispatch}-window{window}", result)
+            return {"metrics": result["metrics"]}
+
+        return cache_settings(
+            (f"{dp}-{d}-{w}", lambda k=(dp, d, w): one(*k))
+            for dp, d, w in itertools.product(
+                get_args(TraceDp), get_args(TraceDispatch), TRACE_WINDOWS
+            )
+        )
+
+    setup_cache.timeout = 7200
+
+    def setup(self, cache, dp_size, dispatch) -> None:
+        self.runs = [cached(cache, f"{dp_size}-{dispatch}-{w}") for w in TRACE_WINDOWS]
+        self.delayer = "on"
+
+    def track_prefix_hit_rate(self, *p) -> Any:
+        return self._m("prefix_hit_rate")
+
+    track_prefix_hit_rate.unit = "fraction of prompt tokens found in the rank's radix cache"

@@ -77,3 +77,62 @@ class KVPlanning:
         from dpbench.workload.planner import plan_kv
 
         plan_kv(self.spec, self.cols, 8, dispatch)
+
+
+TraceFormat = Literal["mooncake", "azure"]
+TRACE_FILES = {  # under ../shared/traces/ (not shipped: see the README, "Production traces")
+    "mooncake": "mooncake-fast25/conversation_trace.jsonl",
+    "azure": "azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
+}
+
+
+def trace_path(fmt: str) -> Path:
+    """The shared copy of a production trace; skip (asv: NotImplementedError) where it is not
+    on this machine, naming the file and where to get it."""
+    from dpbench.paths import shared_traces_dir
+    from dpbench.workload.importers.load import READERS
+
+    path = shared_traces_dir() / TRACE_FILES[fmt]
+    if not path.is_file():
+        raise NotImplementedError(
+            f"needs the {fmt} trace at {path} (from {READERS[fmt].UPSTREAM}; $DPBENCH_TRACES "
+            f"names another folder)"
+        )
+    return path
+
+
+class TraceImport:
+    """Importing a whole production trace: read, check every line, fit to the model (target,
+    issue #20: the whole Mooncake trace in ≤ 5 s on one core), and writing it as JSONL."""
+
+    params: ClassVar[list[str]] = list(get_args(TraceFormat))
+    param_names: ClassVar[list[str]] = ["format"]
+    version = "trace-import-1"
+
+    def setup(self, fmt: str) -> None:
+        from dpbench.workload.importers.source import TraceSource
+
+        if fmt not in get_args(TraceFormat):
+            raise ValueError(f"format must be one of {get_args(TraceFormat)}; found {fmt!r}")
+        self.source = TraceSource(fmt, str(trace_path(fmt)))
+        self.tmp = Path(tempfile.mkdtemp(prefix="dpbench-import-"))
+
+    def teardown(self, fmt: str) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def time_import(self, fmt: str) -> None:
+        from dpbench.workload.importers.fit import fit
+        from dpbench.workload.importers.load import READERS
+
+        # the reader itself, not its per-process cache
+        raw = READERS[fmt].read(Path(self.source.path))
+        fit(raw, self.source, window=0, context_len=163840)
+
+    def time_import_and_write(self, fmt: str) -> None:
+        from dpbench.workload.importers.fit import fit
+        from dpbench.workload.importers.load import READERS
+        from dpbench.workload.trace import write_trace
+
+        raw = READERS[fmt].read(Path(self.source.path))
+        reqs, _ = fit(raw, self.source, window=0, context_len=163840)
+        write_trace(reqs, self.tmp / "trace.jsonl")

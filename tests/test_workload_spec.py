@@ -23,6 +23,7 @@ SHIPPED = [
     "long-context-chat",
     "long-prompt-burst",
     "long-prompt-burst-small",  # the simulated-forward server tier's CPU-sized high-KV spec
+    "mooncake-conversation",  # real traffic: windows of the shared Mooncake trace
 ]
 
 GOOD = textwrap.dedent(
@@ -41,7 +42,7 @@ GOOD = textwrap.dedent(
 )
 
 
-def test_shipped_specs_are_the_six_named_ones():
+def test_shipped_specs_are_the_seven_named_ones():
     assert known_specs() == SHIPPED
 
 

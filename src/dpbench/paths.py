@@ -31,5 +31,12 @@ def workloads_dir() -> Path:
     return project_root() / "workloads"
 
 
+def shared_traces_dir() -> Path:
+    """The production traces beside the checkout (``../shared/traces/``; $DPBENCH_TRACES
+    overrides): tests, CI and the main job read them there; the project does not ship them."""
+    env = os.environ.get("DPBENCH_TRACES")
+    return Path(env).resolve() if env else project_root().parent / "shared" / "traces"
+
+
 def results_dir() -> Path:
     return project_root() / "results"

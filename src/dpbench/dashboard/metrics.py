@@ -70,6 +70,8 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
         "none",
         "how many steps/requests a run had, by kind: the workload's size, descriptive",
     ),
+    (r"^prefix_reuse", "none", "the prefix reuse the traffic offered: descriptive"),
+    (r"prefix_hit", "higher", "prompt tokens served from the radix cache"),
     (r"ttft_error|error_ms", "lower", "the load client's timing error"),
     (r"errors?$|errors?_", "lower", "failed requests"),
     (r"ttft|itl|tpot|e2e|latency", "lower", "a latency"),

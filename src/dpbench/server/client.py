@@ -90,6 +90,8 @@ class RequestOutcome:
     malformed_chunks: int = 0
     finish_reason: str | None = None
     dp_rank: int | None = None
+    # prompt tokens SGLang found in its radix cache for this request (meta_info.cached_tokens)
+    cached_tokens: int | None = None
 
     @property
     def tpot_s(self) -> float | None:
@@ -214,6 +216,8 @@ async def sglang_generate(
                             out.error = f"aborted by the server: {reason.get('message', '')}"[:500]
                     if out.dp_rank is None and isinstance(meta.get("dp_rank"), int):
                         out.dp_rank = meta["dp_rank"]
+                    if isinstance(meta.get("cached_tokens"), int):
+                        out.cached_tokens = meta["cached_tokens"]
         out.e2e_s = clock() - st
         out.output_tokens = tokens
         if out.error_kind is None:

@@ -85,6 +85,8 @@ ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("ITL p99", "itl_ms_p99", "itl_ms_p99", "ms"),
     ("throughput", "request_throughput_per_s", "request_throughput_req_per_s", "req/s"),
     ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s"),
+    # SGLang's meta_info.cached_tokens on the server; the twin's first-admission matches
+    ("prefix-cache hit rate", "prefix_hit_rate", "prefix_hit_rate", "fraction"),
 )
 
 

@@ -31,7 +31,7 @@ from dpbench.server.config import DelayerConfig, ServerConfig, build_command
 from dpbench.server.launcher import ServerProcess, check_gpus
 from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
-from dpbench.server.stats import Slo, per_rank_counts, summarize
+from dpbench.server.stats import Slo, per_rank_counts, prefix_hits_by_rank, summarize
 from dpbench.sglang_compat.detect import UnsupportedSGLang
 from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, ServerFlags, server_flags
 
@@ -555,6 +555,7 @@ def execute(
         "schedule": prep.schedule.kind,
         "slo": asdict(opts.slo),
         "requests_per_dp_rank": per_rank_counts(load.outcomes),
+        "prefix_hits_by_rank": prefix_hits_by_rank(load.outcomes),
         "server_log": str(log),
     }
     if after is not None and before is not None:

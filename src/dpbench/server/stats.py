@@ -16,7 +16,7 @@ from dpbench.results import Metric
 from dpbench.server.client import ERROR_KINDS, RequestOutcome
 from dpbench.server.loadgen import LoadResult
 
-__all__ = ["PERCENTILES", "Slo", "per_rank_counts", "summarize"]
+__all__ = ["PERCENTILES", "Slo", "per_rank_counts", "prefix_hits_by_rank", "summarize"]
 
 
 def summarize(result: LoadResult, slo: Slo | None = None) -> dict[str, Metric]:
@@ -39,6 +39,13 @@ def summarize(result: LoadResult, slo: Slo | None = None) -> dict[str, Metric]:
             (RequestLatency(o.ttft_s, o.e2e_s, o.itl_s, o.output_tokens) for o in ok), dur, slo
         )
     )
+    hit = [o for o in ok if o.cached_tokens is not None]
+    if hit and len(hit) == len(ok):  # every completed request said: SGLang's prefix-cache hits
+        m["prefix_hit_rate"] = Metric(
+            sum(o.cached_tokens for o in hit) / max(sum(o.input_tokens for o in hit), 1),
+            "fraction",
+            "higher",
+        )
     kinds = Counter(o.error_kind for o in outs if not o.ok)
     m["errors_total"] = Metric(float(sum(kinds.values())), "requests", "lower")
     for kind in ERROR_KINDS:
@@ -61,3 +68,25 @@ def per_rank_counts(outs: Sequence[RequestOutcome]) -> dict[str, int]:
     """Completed requests per DP rank, where the server reports ``meta_info.dp_rank``."""
     c = Counter(str(o.dp_rank) for o in outs if o.ok and o.dp_rank is not None)
     return dict(sorted(c.items()))
+
+
+def prefix_hits_by_rank(outs: Sequence[RequestOutcome]) -> list[dict[str, float | int]]:
+    """Per DP rank: completed requests, their prompt and cached tokens (SGLang's
+    ``meta_info.cached_tokens``) and the hit rate; empty where the server reports neither."""
+    rows: dict[int, list[int]] = {}
+    for o in outs:
+        if o.ok and o.dp_rank is not None and o.cached_tokens is not None:
+            row = rows.setdefault(o.dp_rank, [0, 0, 0])
+            row[0] += 1
+            row[1] += o.input_tokens
+            row[2] += o.cached_tokens
+    return [
+        {
+            "rank": r,
+            "requests": n,
+            "prompt_tokens": p,
+            "cached_tokens": c,
+            "hit_rate": c / p if p else float("nan"),
+        }
+        for r, (n, p, c) in sorted(rows.items())
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-Dispatch = Literal["round_robin", "shortest_queue"]
+Dispatch = Literal["round_robin", "shortest_queue", "cache_aware"]
 DISPATCHES: tuple[str, ...] = get_args(Dispatch)
 CostTopology = Literal["per-rank-gpu", "physical"]
 COST_TOPOLOGIES: tuple[str, ...] = get_args(CostTopology)
@@ -170,7 +170,11 @@ class TwinConfig:
         },
     )
     dispatch: Dispatch = field(
-        default="round_robin", metadata={"help": "how requests are spread over the DP ranks"}
+        default="round_robin",
+        metadata={
+            "help": "how requests are spread over the DP ranks (cache_aware: SGLang's router in "
+            "front, longest cached prefix unless the loads are imbalanced)"
+        },
     )
     max_total_tokens_per_rank: int | None = field(
         default=None,

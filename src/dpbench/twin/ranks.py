@@ -100,6 +100,8 @@ class Arrivals:
     # replayed arrivals: when the client sent each request (its trace time); TTFT and
     # latency count from here, as the server's client measures them
     sent_s: np.ndarray | None = None
+    # cache-aware dispatch: each prompt's block keys and tokens per block (twin.router)
+    prefix_keys: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -210,6 +212,10 @@ class RankResult:
     admitted_idx: list[list[int]] | None = None
     # per request of ``requests``, in the same order: when each output token appeared
     token_s: list[list[float]] | None = None
+    # per request of ``requests``: prompt tokens its first admission found cached (-1: never
+    # admitted), and its prompt length
+    cached_tokens: list[int] | None = None
+    prompt_tokens: list[int] | None = None
 
 
 def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> None:
@@ -244,8 +250,9 @@ def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> No
 
 
 class Dispatcher:
-    """Hands the trace's arrivals to ranks: round robin by arrival index, or shortest queue by the
-    loads all ranks gathered last step. Every rank runs one and takes the same decisions."""
+    """Hands the trace's arrivals to ranks: round robin by arrival index, shortest queue by the
+    loads all ranks gathered last step, or cache-aware (SGLang's router: :mod:`twin.router`)
+    on those loads and the prompts' prefixes. Every rank runs one and takes the same decisions."""
 
     def __init__(self, arrivals: Arrivals, dp_size: int, rank: int, policy: str) -> None:
         self.arrivals = arrivals
@@ -255,6 +262,13 @@ class Dispatcher:
         self.next_i = 0
         self.loads = [0] * dp_size
         self._rr = 0
+        self.router = None
+        if policy == "cache_aware" and arrivals.rank is None:
+            if arrivals.prefix_keys is None:
+                raise ValueError("cache-aware dispatch needs the prompts' prefix keys")
+            from dpbench.twin.router import CacheAwareRouter
+
+            self.router = CacheAwareRouter(dp_size)
 
     @property
     def exhausted(self) -> bool:
@@ -273,6 +287,9 @@ class Dispatcher:
             elif self.policy == "round_robin":
                 target = self._rr % self.n
                 self._rr += 1
+            elif self.router is not None:
+                assert a.prefix_keys is not None
+                target = self.router.route(*a.prefix_keys[self.next_i], self.loads)
             else:
                 target = min(range(self.n), key=lambda r: (self.loads[r], r))
             self.loads[target] += 1
@@ -541,6 +558,8 @@ def _result(
         finished=np.asarray(rec.finished, dtype=np.int32),
         admitted_idx=rec.admitted_idx,
         token_s=[t.token_s for t in served],
+        cached_tokens=[-1 if t.cached_tokens is None else t.cached_tokens for t in served],
+        prompt_tokens=[len(t.req.origin_input_ids) for t in served],
     )
 
 

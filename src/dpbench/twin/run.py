@@ -133,10 +133,12 @@ def run_twin(
     """Run the twin once; returns a run result (``dpbench.results`` schema, tier ``twin``)."""
     from dpbench.faults import inject_if_requested
     from dpbench.results import make_run_result
+    from dpbench.twin.prefix import prefix_hits
+    from dpbench.twin.router import prefix_keys
     from dpbench.workload.models import load_model_config
     from dpbench.workload.planner import plan_kv
     from dpbench.workload.spec import load_spec, spec_hash
-    from dpbench.workload.trace import generate_trace
+    from dpbench.workload.trace import generate_trace, import_spec_trace
 
     t_start = time.perf_counter()
     inject_if_requested("twin")
@@ -148,7 +150,9 @@ def run_twin(
     kv_plan = None
     kv_tokens = config.max_total_tokens_per_rank
     if kv_tokens is None:
-        kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model)
+        # the planner has no cache model: cache-aware routing is planned as shortest queue
+        planned = "shortest_queue" if config.dispatch == "cache_aware" else config.dispatch
+        kv_plan = plan_kv(spec, trace, config.dp_size, planned, model=model)
         kv_tokens = kv_plan.max_total_tokens_per_rank
     physical = config.cost_topology == "physical"
     cost = make_cost_model(
@@ -177,6 +181,9 @@ def run_twin(
         token_ids=lambda i: ordered[i].token_ids(vocab),
         rank=np.array([given[r.id][1] for r in ordered], dtype=np.int64) if given else None,
         sent_s=np.array([r.arrival_s for r in ordered], dtype=np.float64) if given else None,
+        prefix_keys=tuple(prefix_keys(r, vocab) for r in ordered)
+        if config.dispatch == "cache_aware" and not given
+        else None,
     )
     if config.rank_mode == "threads":
         exchange: Any = BatonExchange(Baton(config.dp_size, config.deadline_s))
@@ -205,6 +212,11 @@ def run_twin(
         else None,
     )
     metrics, extra = compute(results, delayer_on=config.scheduler.enable_prefill_delayer)
+    hits, hit_rows = prefix_hits(results, ordered)
+    metrics.update(hits)
+    extra.update(hit_rows)
+    if spec.trace is not None:
+        extra["trace_import"] = import_spec_trace(spec, seed)[1].as_dict()
     s = config.scheduler
     wall = time.perf_counter() - t_start
     notes = [f"cost model: {cost.describe()}"]

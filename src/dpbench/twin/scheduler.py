@@ -64,6 +64,9 @@ class TrackedReq:
     first_token_s: float | None = None
     finish_s: float | None = None
     retractions: int = 0
+    # prompt tokens its first admission found in this rank's radix cache (SGLang's
+    # ``#cached-token``); None until admitted, 0 without the radix cache
+    cached_tokens: int | None = None
     # when each output token appeared: the end of the step that produced it (the caller
     # stamps them; dpbench.latency turns them into TTFT, ITL, TPOT, E2E)
     token_s: list[float] = field(default_factory=list)
@@ -430,6 +433,8 @@ class RankScheduler:
                     prefix = self.kit.prefix_slots(t.req, self.tree_cache)
                     t.kv_slots = [prefix]
                     t.kv_tokens = t.protected = len(prefix)
+                if t.cached_tokens is None:  # first admission (not a chunk's or a retry's)
+                    t.cached_tokens = t.kv_tokens
                 n = self.kit.extend_tokens(t.req)
                 self._grow(t, n)
                 if t is self.chunked:

@@ -13,7 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from dpbench.progress import progress
+from dpbench.schema import with_options
 from dpbench.workload import arrivals, distributions
+from dpbench.workload.importers.base import TraceImportError
+from dpbench.workload.importers.source import TraceSource
 from dpbench.workload.models import ModelConfigError, load_model_config
 from dpbench.workload.planner import (
     GIB,
@@ -33,9 +36,11 @@ from dpbench.workload.spec import (
 )
 from dpbench.workload.summary import summarize
 from dpbench.workload.trace import (
+    TraceColumns,
     TraceFormatError,
     columns_of,
     generate_columns,
+    generate_trace,
     load_trace,
     to_requests,
     write_trace,
@@ -61,19 +66,43 @@ def _clean_errors():
     """Turn expected input errors into one red line and exit status 2 (no traceback)."""
     try:
         yield
-    except (WorkloadSpecError, ModelConfigError, TraceFormatError) as exc:
+    except (WorkloadSpecError, ModelConfigError, TraceFormatError, TraceImportError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+
+
+def _requests(spec: WorkloadSpec, seed: int | None, bar, task) -> tuple[TraceColumns, list]:
+    """The spec's requests and their columns (a ``trace:`` spec imports its window)."""
+    if spec.trace is not None:
+        reqs = generate_trace(spec, seed, on_progress=lambda k: bar.advance(task, k))
+        return columns_of(reqs), reqs
+    cols = generate_columns(spec, seed)
+    reqs = to_requests(cols, ignore_eos=spec.ignore_eos, on_progress=lambda k: bar.advance(task, k))
+    return cols, reqs
 
 
 def _generate(spec: WorkloadSpec, seed: int | None):
     with progress(transient=True) as bar:
         task = bar.add_task(f"generating {spec.name}", total=spec.num_requests)
-        cols = generate_columns(spec, seed)
-        reqs = to_requests(
-            cols, ignore_eos=spec.ignore_eos, on_progress=lambda k: bar.advance(task, k)
+        return _requests(spec, seed, bar, task)
+
+
+def _print_import(spec: WorkloadSpec, seed: int | None, reqs: list) -> None:
+    """A ``trace:`` spec's source, what its import kept and cut, and its prefix reuse."""
+    from dpbench.workload.importers.reuse import block_reuse
+    from dpbench.workload.trace import import_spec_trace
+
+    assert spec.trace is not None
+    _, report = import_spec_trace(spec, seed)
+    out.print(f"  source           {spec.trace.describe()}")
+    for line in report.lines():
+        out.print(f"                   {line}")
+    if reqs and reqs[0].blocks is not None:
+        reused, total = block_reuse(reqs)
+        out.print(
+            f"  prefix reuse     {reused / total:.1%} of prompt tokens are a prefix an earlier "
+            f"request of this window had (by the trace's block ids, unbounded cache)"
         )
-    return cols, reqs
 
 
 @app.command("list")
@@ -89,8 +118,10 @@ def list_specs() -> None:
             spec = load_spec(name)
             table.add_row(
                 spec.name,
-                f"{spec.num_requests:,}",
-                arrivals.describe(spec.arrival, short=True),
+                f"{spec.num_requests:,}" if spec.num_requests else "trace",
+                arrivals.describe(spec.arrival, short=True)
+                if spec.arrival is not None
+                else f"{spec.trace.format} ×{spec.trace.rate_scale:g}",
                 f"{spec.target_kv_util:.0%}",
                 str(spec.dp_size),
                 Path(spec.model).parent.name,
@@ -105,12 +136,30 @@ def show(name: NameArg, seed: SeedOpt = None) -> None:
     """A spec, a summary of the trace it generates, and its KV plan at the spec's DP size."""
     with _clean_errors():
         spec = load_spec(name)
-        cols, _ = _generate(spec, seed)
+        cols, reqs = _generate(spec, seed)
         plan = plan_kv(spec, cols, spec.dp_size, spec.planner.dispatch)
+        out.print(f"[bold]{spec.name}[/bold]: {spec.description}")
+        out.print(f"  hash             {spec_hash(spec)}")
+        out.print(f"  model            {spec.model}")
+        if spec.trace is not None:
+            out.print(f"  window           {spec.seed if seed is None else seed} (the seed)")
+            _print_import(spec, seed, reqs)
     s = summarize(cols)
-    out.print(f"[bold]{spec.name}[/bold]: {spec.description}")
-    out.print(f"  hash             {spec_hash(spec)}")
-    out.print(f"  model            {spec.model}")
+    if spec.trace is None:
+        _print_synthetic(spec, seed)
+    out.print(f"  target KV util   {spec.target_kv_util:.0%} at DP {spec.dp_size}")
+    _print_summary(s)
+    out.print("[bold]KV plan[/bold]")
+    out.print(
+        f"  --max-total-tokens {plan.max_total_tokens_per_rank:,} per rank = "
+        f"{plan.gib_per_rank:.2f} GiB per rank ({plan.model_name}, {plan.dispatch}); "
+        f"`dpbench workload plan {spec.name} --dp {spec.dp_size}` shows the arithmetic"
+    )
+
+
+def _print_synthetic(spec: WorkloadSpec, seed: int | None) -> None:
+    assert spec.input_len is not None and spec.output_len is not None
+    assert spec.arrival is not None and spec.num_requests is not None
     out.print(
         f"  requests         {spec.num_requests:,}  (seed {spec.seed if seed is None else seed})"
     )
@@ -134,27 +183,25 @@ def show(name: NameArg, seed: SeedOpt = None) -> None:
         )
     starts = " (session starts)" if spec.sessions else ""
     out.print(f"  arrival          {arrivals.describe(spec.arrival)}{starts}")
-    out.print(f"  target KV util   {spec.target_kv_util:.0%} at DP {spec.dp_size}")
+
+
+def _print_summary(s) -> None:
     out.print("[bold]trace[/bold]")
     rate = f"{s.mean_rate_per_s:,.2f} req/s" if s.mean_rate_per_s else "n/a (closed loop)"
     out.print(f"  arrivals         span {s.span_s:,.1f} s, mean rate {rate}")
     out.print(f"  input_len        {s.input_len.line()}")
     out.print(f"  max_new_tokens   {s.output_len.line()}")
-    out.print(
-        f"  prompt tokens    {s.prompt_tokens:,} ({s.shared_prefix_tokens:,} in shared prefixes, "
-        f"{s.prefix_share:.0%} of requests in {s.prefix_groups} group(s)); "
-        f"output tokens {s.output_tokens:,}"
+    shared = (
+        f" ({s.shared_prefix_tokens:,} in shared prefixes, {s.prefix_share:.0%} of requests in "
+        f"{s.prefix_groups} group(s))"
+        if s.prefix_groups
+        else ""
     )
+    out.print(f"  prompt tokens    {s.prompt_tokens:,}{shared}; output tokens {s.output_tokens:,}")
     if s.sessions:
         out.print(
             f"  sessions         {s.sessions:,} ({s.requests / s.sessions:.1f} turns on average)"
         )
-    out.print("[bold]KV plan[/bold]")
-    out.print(
-        f"  --max-total-tokens {plan.max_total_tokens_per_rank:,} per rank = "
-        f"{plan.gib_per_rank:.2f} GiB per rank ({plan.model_name}, {plan.dispatch}); "
-        f"`dpbench workload plan {spec.name} --dp {spec.dp_size}` shows the arithmetic"
-    )
 
 
 @app.command()
@@ -179,10 +226,7 @@ def gen(
         vocab = load_model_config(spec.model).vocab_size if token_ids else None
         with progress() as bar:
             task = bar.add_task(f"generating {spec.name}", total=spec.num_requests)
-            cols = generate_columns(spec, seed)
-            reqs = to_requests(
-                cols, ignore_eos=spec.ignore_eos, on_progress=lambda k: bar.advance(task, k)
-            )
+            cols, reqs = _requests(spec, seed, bar, task)
             wtask = bar.add_task(f"writing {output.name}", total=len(reqs))
             write_trace(reqs, output, vocab_size=vocab, on_progress=lambda k: bar.advance(wtask, k))
     digest = hashlib.sha256(output.read_bytes()).hexdigest()
@@ -191,6 +235,51 @@ def gen(
     out.print(f"  seed {spec.seed if seed is None else seed}, spec {spec_hash(spec)}")
     out.print(f"  input_len {s.input_len.line()}")
     out.print(f"  max_new_tokens {s.output_len.line()}")
+
+
+@app.command("import")
+@with_options(TraceSource, param="source", error=TraceImportError)
+def import_(
+    source: TraceSource,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="JSONL trace to write (atomically)")
+    ],
+    window: Annotated[
+        int, typer.Option("--window", min=0, help="which window (0 = the first)")
+    ] = 0,
+    model: Annotated[
+        str, typer.Option("--model", help="model config name or path: its context limits prompts")
+    ] = "deepseek-v3",
+) -> None:
+    """Import a production trace (Mooncake JSONL, Azure CSV) as the suite's JSONL trace: one
+    window, rate-scaled, capped, prompts fitted to the model; same inputs → byte-identical file.
+
+    Mooncake's block ids become token ids such that two requests share exactly the prompt blocks
+    the trace says they share. A spec can name the same source in a `trace:` block instead.
+    """
+    from dpbench.workload.importers.load import file_sha256, import_trace
+    from dpbench.workload.importers.reuse import block_reuse
+
+    with _clean_errors():
+        cfg = load_model_config(model)
+        with progress(transient=True) as bar:
+            bar.add_task(f"importing {source.path}", total=None)
+            reqs, report = import_trace(
+                source, window=window, context_len=cfg.max_position_embeddings or None
+            )
+        write_trace(reqs, output)
+    digest = hashlib.sha256(output.read_bytes()).hexdigest()
+    out.print(f"wrote {len(reqs):,} requests to {output} (sha256 {digest})")
+    out.print(f"  from {source.describe()} ({file_sha256(Path(report.path))})")
+    for line in report.lines():
+        out.print(f"  {line}")
+    if reqs[0].blocks is not None:
+        reused, total = block_reuse(reqs)
+        out.print(
+            f"  prefix reuse {reused / total:.1%} of {total:,} prompt tokens (block ids, "
+            f"unbounded cache, this window alone)"
+        )
+    _print_summary(summarize(columns_of(reqs)))
 
 
 def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str) -> None:

@@ -8,6 +8,7 @@ utilization the planner should aim each DP rank at. ``load_spec`` raises one
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -25,6 +26,8 @@ from pydantic import (
 )
 
 from dpbench.paths import workloads_dir
+from dpbench.workload.importers.base import TraceImportError
+from dpbench.workload.importers.source import TraceSource
 from dpbench.workload.models import ModelConfigError, resolve_model_path
 from dpbench.workload.spec_errors import format_problems, validation_problems
 
@@ -258,17 +261,26 @@ class PlannerAssumptions(_Strict):
 # ---- the spec -------------------------------------------------------------------------------
 
 
+SYNTHETIC_FIELDS = ("num_requests", "input_len", "output_len", "arrival")
+TRACE_KEYS = tuple(f.name for f in dataclasses.fields(TraceSource))
+
+
 class WorkloadSpec(_Strict):
+    """A synthetic spec (``num_requests``, ``input_len``, ``output_len``, ``arrival``, optional
+    ``shared_prefix`` / ``sessions``) or an imported production trace (``trace``; then
+    ``seed`` picks the window and ``num_requests`` is unset: ``trace.max_requests`` caps)."""
+
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)]
     description: Annotated[str, Field(min_length=1)]
     model: Annotated[Path, Field(strict=False)]
-    num_requests: Annotated[int, Field(gt=0, le=MAX_REQUESTS)]
-    input_len: LengthDist
-    output_len: LengthDist
+    trace: TraceSource | None = None
+    num_requests: Annotated[int, Field(gt=0, le=MAX_REQUESTS)] | None = None
+    input_len: LengthDist | None = None
+    output_len: LengthDist | None = None
     ignore_eos: bool = True
     shared_prefix: SharedPrefix | None = None
     sessions: Sessions | None = None
-    arrival: ArrivalProcess
+    arrival: ArrivalProcess | None = None
     target_kv_util: Annotated[float, Field(gt=0, le=1)]
     dp_size: Annotated[int, Field(gt=0, le=1024)]
     seed: Annotated[int, Field(ge=0, lt=2**63)]
@@ -287,6 +299,58 @@ class WorkloadSpec(_Strict):
         except ModelConfigError as exc:
             raise ValueError(str(exc)) from None
 
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _trace_source(cls, value: Any) -> Any:
+        if value is None or isinstance(value, TraceSource):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"`trace` is a mapping of {', '.join(TRACE_KEYS)}; found {value!r}")
+        unknown = sorted(set(value) - set(TRACE_KEYS))
+        missing = [k for k in ("format", "path") if k not in value]
+        if unknown or missing:
+            raise ValueError(
+                f"`trace` has {'unknown key(s) ' + ', '.join(unknown) if unknown else ''}"
+                f"{'; ' if unknown and missing else ''}"
+                f"{'no ' + ', '.join(missing) if missing else ''}; allowed keys: "
+                f"{', '.join(TRACE_KEYS)}"
+            )
+        try:
+            return TraceSource(**value)
+        except TraceImportError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("trace", mode="after")
+    @classmethod
+    def _trace_path_from_spec(cls, value: Any, info: ValidationInfo) -> Any:
+        base = (info.context or {}).get("base")
+        if value is None or base is None or Path(value.path).expanduser().is_absolute():
+            return value
+        return dataclasses.replace(value, path=str((Path(base) / value.path).resolve()))
+
+    @model_validator(mode="after")
+    def _synthetic_or_trace(self) -> WorkloadSpec:
+        if self.trace is None:
+            missing = [f for f in SYNTHETIC_FIELDS if getattr(self, f) is None]
+            if missing:
+                raise ValueError(
+                    f"a synthetic spec needs {', '.join(f'`{f}`' for f in missing)} "
+                    f"(or a `trace:` block to import a production trace)"
+                )
+        else:
+            extra = [
+                f
+                for f in (*SYNTHETIC_FIELDS, "shared_prefix", "sessions")
+                if getattr(self, f) is not None
+            ]
+            if extra:
+                raise ValueError(
+                    f"a `trace:` spec takes lengths, arrivals and sharing from the trace; remove "
+                    f"{', '.join(f'`{f}`' for f in extra)} (cap requests with "
+                    f"`trace.max_requests`)"
+                )
+        return self
+
     @model_validator(mode="after")
     def _sessions_need_open_loop(self) -> WorkloadSpec:
         if self.sessions is not None and isinstance(self.arrival, ClosedLoopArrivals):
@@ -299,6 +363,9 @@ class WorkloadSpec(_Strict):
     def with_overrides(self, **changes: Any) -> WorkloadSpec:
         """A validated copy with some top-level fields replaced (``seed=…``, ``num_requests=…``)."""
         data = self.model_dump()
+        if self.trace is not None and "num_requests" in changes:  # a trace's cap
+            cap = changes.pop("num_requests")
+            data["trace"] = dataclasses.replace(self.trace, max_requests=cap)
         data.update(changes)
         return _validate(data, source=f"{self.name} (overridden: {', '.join(sorted(changes))})")
 
@@ -363,5 +430,14 @@ def spec_hash(spec: WorkloadSpec) -> str:
     """``sha256:<hex>`` of the spec's content and its model config's bytes (not its path)."""
     data = spec.model_dump(mode="json", exclude={"model"})
     data["model_config_sha256"] = hashlib.sha256(Path(spec.model).read_bytes()).hexdigest()
+    if spec.trace is None:
+        del data["trace"]  # synthetic specs hash as they did before traces existed
+    else:  # the file's content, not where it lies on this machine
+        from dpbench.workload.importers.load import file_sha256, resolve_path
+
+        del data["trace"]["path"]
+        data["trace"]["file_sha256"] = file_sha256(resolve_path(spec.trace))
+        for key in (*SYNTHETIC_FIELDS, "shared_prefix", "sessions"):
+            data.pop(key, None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()

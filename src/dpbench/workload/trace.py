@@ -11,6 +11,12 @@ counter-based hash (splitmix64), so the first ``prefix_len`` ids of every reques
 group are the same, and turn ``t`` of a session begins with the whole prompt of turn ``t-1``.
 ``write_trace(..., vocab_size=V)`` adds them as ``"input_ids"``.
 
+An imported production trace (:mod:`dpbench.workload.importers`) carries its prefix sharing as
+KV blocks instead: ``"blocks"`` (one id per ``"block_size"`` prompt tokens, the last block
+partial) and ``"block_size"``, written only when present. Block ``h`` is the token stream of
+``h``, so two requests share exactly the leading blocks they share ids for, and a partial
+block is a prefix of the same block read whole.
+
 Same spec and seed → byte-identical file (for a given numpy version: arrivals and lengths come
 from ``numpy.random.Generator``; token ids do not depend on numpy at all).
 """
@@ -24,6 +30,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +47,7 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _STREAM_GROUP = 1
 _STREAM_SESSION = 2
+_STREAM_BLOCK = 3
 _CHUNK = 10_000
 ARRIVAL_DECIMALS = 6  # arrival_s is written (and generated) rounded to the microsecond
 
@@ -93,11 +101,16 @@ class TraceRequest:
     ignore_eos: bool
     session: int | None
     turn: int | None
+    blocks: tuple[int, ...] | None = None  # imported traces: KV block ids of the prompt
+    block_size: int | None = None  # tokens per block (the last one partial)
 
     def token_ids(self, vocab_size: int) -> list[int]:
         """The prompt as token ids in ``0..vocab_size-1`` (same result on every machine)."""
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be ≥ 2, got {vocab_size!r}")
+        if self.blocks is not None:
+            assert self.block_size is not None
+            return block_tokens(self.blocks, self.block_size, self.input_len, vocab_size).tolist()
         parts = []
         if self.prefix_group is not None and self.prefix_len > 0:
             key = _stream_key(_STREAM_GROUP, self.prefix_group)
@@ -111,6 +124,11 @@ class TraceRequest:
         return np.concatenate(parts).tolist()
 
     def as_dict(self) -> dict[str, object]:
+        blocks: dict[str, object] = (
+            {}
+            if self.blocks is None
+            else {"blocks": list(self.blocks), "block_size": self.block_size}
+        )
         return {
             "id": self.id,
             "arrival_s": self.arrival_s,
@@ -121,7 +139,26 @@ class TraceRequest:
             "ignore_eos": self.ignore_eos,
             "session": self.session,
             "turn": self.turn,
+            **blocks,
         }
+
+
+def block_tokens(
+    blocks: tuple[int, ...] | list[int], block_size: int, input_len: int, vocab_size: int
+) -> np.ndarray:
+    """The ``input_len`` token ids of a prompt made of KV blocks: block ``h`` is positions
+    ``0..block_size-1`` of stream ``h`` (the last block cut to what is left of the prompt)."""
+    n = len(blocks)
+    if n != -(-input_len // block_size):
+        raise ValueError(
+            f"{n} blocks of {block_size} tokens cannot hold a prompt of {input_len} tokens"
+        )
+    keys = splitmix64((np.uint64(_STREAM_BLOCK) << np.uint64(56)) ^ np.asarray(blocks, np.uint64))
+    with np.errstate(over="ignore"):
+        steps = np.arange(1, block_size + 1, dtype=np.uint64) * SPLITMIX_GAMMA
+        state = keys[:, None] + steps[None, :]
+    ids = (splitmix64(state.ravel()) % np.uint64(vocab_size)).astype(np.int64)
+    return ids[:input_len]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +200,32 @@ def _session_turns(spec: WorkloadSpec, rng: np.random.Generator, n: int) -> np.n
     return turns
 
 
+def import_spec_trace(
+    spec: WorkloadSpec, seed: int | None = None
+) -> tuple[list[TraceRequest], Any]:
+    """A ``trace:`` spec's requests: window ``seed`` (default the spec's) of its production
+    trace, fitted to the spec's model; and the import's report
+    (:class:`dpbench.workload.importers.fit.ImportReport`)."""
+    from dpbench.workload.importers.load import import_trace
+
+    assert spec.trace is not None
+    model = load_model_config(spec.model)
+    return import_trace(
+        spec.trace,
+        window=spec.seed if seed is None else seed,
+        context_len=model.max_position_embeddings or None,
+    )
+
+
 def generate_columns(spec: WorkloadSpec, seed: int | None = None) -> TraceColumns:
     """The trace for ``spec`` as numpy columns, sorted by arrival (ties keep generation order)."""
     seed = spec.seed if seed is None else seed
     if not 0 <= seed < 2**63:
         raise WorkloadSpecError(f"seed must be an integer in 0..2**63-1; found {seed!r}")
+    if spec.trace is not None:
+        return columns_of(import_spec_trace(spec, seed)[0])
+    assert spec.input_len is not None and spec.output_len is not None and spec.arrival is not None
+    assert spec.num_requests is not None
     n = spec.num_requests
     rng_arrival, rng_input, rng_output, rng_prefix, rng_turns, rng_think = _rngs(seed, 6)
     user = sample_lengths(spec.input_len, rng_input, n)
@@ -283,7 +341,13 @@ def to_requests(
 def generate_trace(
     spec: WorkloadSpec, seed: int | None = None, *, on_progress: OnProgress | None = None
 ) -> list[TraceRequest]:
-    """The requests of ``spec`` (with ``seed`` instead of ``spec.seed`` when given)."""
+    """The requests of ``spec`` (with ``seed`` instead of ``spec.seed`` when given; for a
+    ``trace:`` spec the seed is the window)."""
+    if spec.trace is not None:
+        reqs = import_spec_trace(spec, seed)[0]
+        if on_progress is not None:
+            on_progress(len(reqs))
+        return reqs
     return to_requests(
         generate_columns(spec, seed), ignore_eos=spec.ignore_eos, on_progress=on_progress
     )
@@ -317,7 +381,11 @@ def _opt(value: int | None) -> str:
 
 
 def _line(r: TraceRequest, ids: list[int] | None) -> str:
-    extra = "" if ids is None else ',"input_ids":[' + ",".join(map(str, ids)) + "]"
+    extra = ""
+    if r.blocks is not None:
+        extra += f',"blocks":[{",".join(map(str, r.blocks))}],"block_size":{r.block_size}'
+    if ids is not None:
+        extra += ',"input_ids":[' + ",".join(map(str, ids)) + "]"
     return (
         f'{{"id":{json.dumps(r.id)},"arrival_s":{r.arrival_s!r},"input_len":{r.input_len},'
         f'"prefix_group":{_opt(r.prefix_group)},"prefix_len":{r.prefix_len},'
@@ -395,6 +463,7 @@ def _parse_line(text: str, where: str) -> TraceRequest:
             }[kind] + (" or null" if nullable else "")
             raise TraceFormatError(f"{where}: {key!r} is {value!r}; allowed: {allowed}")
         values[key] = float(value) if kind is float else value
+    values.update(_parse_blocks(obj, values["input_len"], where))
     req = TraceRequest(**values)
     if req.input_len < 1 or req.prefix_len > req.input_len or req.max_new_tokens < 1:
         raise TraceFormatError(
@@ -407,6 +476,27 @@ def _parse_line(text: str, where: str) -> TraceRequest:
             f"{where}: input_ids has {len(ids)} ids but input_len is {req.input_len}"
         )
     return req
+
+
+def _parse_blocks(obj: dict[str, Any], input_len: int, where: str) -> dict[str, Any]:
+    """The optional ``blocks``/``block_size`` pair of an imported trace's line."""
+    if "blocks" not in obj and "block_size" not in obj:
+        return {}
+    blocks, size = obj.get("blocks"), obj.get("block_size")
+    if type(size) is not int or size < 1:
+        raise TraceFormatError(
+            f"{where}: 'block_size' is {size!r}; allowed: a positive integer, with 'blocks'"
+        )
+    if not isinstance(blocks, list) or any(type(b) is not int or b < 0 for b in blocks):
+        raise TraceFormatError(
+            f"{where}: 'blocks' is {blocks!r}; allowed: a list of non-negative integers"
+        )
+    if len(blocks) != -(-input_len // size):
+        raise TraceFormatError(
+            f"{where}: {len(blocks)} blocks of {size} tokens for input_len {input_len}; "
+            f"allowed: ceil(input_len / block_size) = {-(-input_len // size)}"
+        )
+    return {"blocks": tuple(blocks), "block_size": size}
 
 
 _NONE = type(None)
@@ -428,6 +518,8 @@ def _fast_requests(objs: list[object]) -> list[TraceRequest] | None:
     finds and names the first bad line)."""
     if not objs or any(type(o) is not dict for o in objs):
         return None
+    if any("blocks" in o or "block_size" in o for o in objs):  # type: ignore[operator]
+        return None  # an imported trace: the line-by-line path checks its blocks
     try:
         cols = {key: [o[key] for o in objs] for key in _FIELDS}  # type: ignore[index]
     except KeyError:

@@ -1,0 +1,117 @@
+"""Where an imported trace comes from and how it is fitted to a deployment: one schema, used by a
+spec's ``trace:`` block, ``dpbench workload import``'s options and the run results.
+
+A trace is one draw of real traffic; its disjoint windows are the repeats. Window ``k`` (the
+seed, for a spec) covers ``[window_start_s + k·window_s, window_start_s + (k+1)·window_s)`` of
+the trace's own time; its requests arrive ``rate_scale`` times faster than they did (2 halves
+every gap), the first window request's arrival taken as the window's start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dpbench.workload.importers.base import TraceImportError
+
+FORMATS = ("mooncake", "azure")
+
+
+@dataclass(frozen=True)
+class TraceSource:
+    """A production trace file and the window, rate and limits to import it with."""
+
+    format: Literal["mooncake", "azure"] = field(
+        metadata={"help": "the trace file's format", "argument": True}
+    )
+    path: str = field(
+        metadata={
+            "help": "the trace file (in a spec: relative to the spec's folder)",
+            "argument": True,
+        }
+    )
+    window_start_s: float = field(
+        default=0.0,
+        metadata={"help": "where window 0 starts, seconds from the trace's first request"},
+    )
+    window_s: float | None = field(
+        default=None,
+        metadata={"help": "window length in the trace's seconds (default: to the trace's end)"},
+    )
+    rate_scale: float = field(
+        default=1.0,
+        metadata={"help": "offered rate as a multiple of the trace's (2: gaps halved)"},
+    )
+    max_requests: int | None = field(
+        default=None, metadata={"help": "keep at most this many requests of the window"}
+    )
+    overlong: Literal["drop", "truncate"] = field(
+        default="drop",
+        metadata={
+            "help": "a prompt past the model's context or --max-input-len: drop the request or "
+            "truncate the prompt (counted and reported either way)"
+        },
+    )
+    max_input_len: int | None = field(
+        default=None,
+        metadata={"help": "longest prompt to keep, e.g. a rank's KV pool (default: the context)"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise TraceImportError(
+                f"trace format {self.format!r} is unknown; allowed: {', '.join(FORMATS)}"
+            )
+        if not isinstance(self.path, str) or not self.path:
+            raise TraceImportError(f"trace path {self.path!r}: allowed: a file path")
+        checks = (
+            ("window_start_s", self.window_start_s, lambda v: v >= 0, "a number ≥ 0"),
+            ("window_s", self.window_s, lambda v: v is None or v > 0, "a number > 0, or unset"),
+            ("rate_scale", self.rate_scale, lambda v: v > 0, "a number > 0"),
+            (
+                "max_requests",
+                self.max_requests,
+                lambda v: v is None or (type(v) is int and v > 0),
+                "an integer > 0, or unset",
+            ),
+            (
+                "max_input_len",
+                self.max_input_len,
+                lambda v: v is None or (type(v) is int and v > 0),
+                "an integer > 0, or unset",
+            ),
+        )
+        for name, value, ok, allowed in checks:
+            finite = value is None or (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            )
+            if not finite or not ok(value):
+                raise TraceImportError(f"trace {name} is {value!r}; allowed: {allowed}")
+        if self.overlong not in ("drop", "truncate"):
+            raise TraceImportError(f"trace overlong is {self.overlong!r}; allowed: drop, truncate")
+
+    def window(self, k: int) -> tuple[float, float]:
+        """Window ``k``'s ``[start, end)`` in the trace's seconds (``end`` inf: to the end)."""
+        if type(k) is not int or k < 0:
+            raise TraceImportError(f"window {k!r}: allowed: an integer ≥ 0")
+        if self.window_s is None:
+            if k:
+                raise TraceImportError(
+                    f"window {k} (the seed) needs trace window_s: without it the trace has one "
+                    f"window, 0"
+                )
+            return self.window_start_s, math.inf
+        start = self.window_start_s + k * self.window_s
+        return start, start + self.window_s
+
+    def describe(self) -> str:
+        span = (
+            f"from {self.window_start_s:g} s"
+            if self.window_s is None
+            else f"windows of {self.window_s:g} s from {self.window_start_s:g} s"
+        )
+        cap = "" if self.max_requests is None else f", at most {self.max_requests} requests"
+        return f"{self.format} trace {self.path}, {span}, ×{self.rate_scale:g} rate{cap}"
