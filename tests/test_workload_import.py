@@ -369,3 +369,20 @@ def test_the_cli_writes_nothing_on_bad_input(tmp_path):
             _mooncake(window_s=60.0, rate_scale=2.0, max_requests=40), window=2, context_len=CONTEXT
         )[0]
     )
+
+
+def test_the_trace_benchmarks_skip_naming_the_missing_file(tmp_path, monkeypatch):
+    from benchmarks.twin import TwinProductionTrace
+    from benchmarks.workloads import TraceImport, trace_path
+
+    assert trace_path("mooncake") == MOONCAKE
+    monkeypatch.setenv("DPBENCH_TRACES", str(tmp_path))
+    want = (
+        rf"needs the mooncake trace at {tmp_path}/mooncake-fast25/conversation_trace\.jsonl "
+        r"\(from github\.com/kvcache-ai/Mooncake"
+    )
+    with pytest.raises(NotImplementedError, match=want):
+        TraceImport().setup("mooncake")
+    cache = TwinProductionTrace().setup_cache()  # skips before any SGLang is needed
+    with pytest.raises(NotImplementedError, match=want):
+        TwinProductionTrace().setup(cache, 4, "round_robin")

@@ -24,6 +24,7 @@ SHIPPED = [
     "long-prompt-burst",
     "long-prompt-burst-small",  # the simulated-forward server tier's CPU-sized high-KV spec
     "mooncake-conversation",  # real traffic: windows of the shared Mooncake trace
+    "mooncake-conversation-small",  # the same, CPU-sized for the simulated-forward server
 ]
 
 GOOD = textwrap.dedent(
@@ -42,7 +43,7 @@ GOOD = textwrap.dedent(
 )
 
 
-def test_shipped_specs_are_the_seven_named_ones():
+def test_shipped_specs_are_the_eight_named_ones():
     assert known_specs() == SHIPPED
 
 

@@ -42,7 +42,11 @@ from dpbench.procs import alive, descendants
 # workload benchmarks measure dpbench itself, not SGLang, so they need one commit only:
 # `asv run --config asv.releases.json -b workloads HEAD^!`.
 PLACEMENT_BENCH = r"^placement\."
-TWIN_BENCH = r"^twin\."
+TWIN_BENCH = r"^twin\.(?!TwinProductionTrace)"
+# the twin on production traffic (Mooncake windows) runs on the placement change's pair only,
+# and at DP 4 only (DP 8: `asv run -b TwinProductionTraceDp8`), to keep the main job's cost
+TRACE_BENCH = r"^twin\.TwinProductionTrace\."
+TRACE_PICKS = ("last early", "first post-kv")
 SERVER_SIM_BENCH = r"^server\.\w*Simulated"
 # the simulated server runs on these of choose_heavy's picks (its start-ups cost ~1 min each)
 SERVER_SIM_PICKS = ("last early", "first post-kv", "newest")
@@ -313,8 +317,10 @@ def bench_command(
         )
         heavy = choose_heavy(selected, placement_labels(results_root, commits))
         served = server_sim_releases(heavy)
+        traced = [h for h in heavy if any(p in h[2] for p in TRACE_PICKS)]
         for title, regex, picks in (
             ("twin", TWIN_BENCH, heavy),
+            ("twin on production traffic", TRACE_BENCH, traced),
             ("simulated-forward server", SERVER_SIM_BENCH, served),
         ):
             if not picks:

@@ -333,9 +333,12 @@ class WorkloadSpec(_Strict):
         if self.trace is None:
             missing = [f for f in SYNTHETIC_FIELDS if getattr(self, f) is None]
             if missing:
+                names = ", ".join(f"`{f}`" for f in missing)
+                required = [n for n, f in type(self).model_fields.items() if f.is_required()]
                 raise ValueError(
-                    f"a synthetic spec needs {', '.join(f'`{f}`' for f in missing)} "
-                    f"(or a `trace:` block to import a production trace)"
+                    f"{names} {'is' if len(missing) == 1 else 'are'} required but missing; a "
+                    f"synthetic spec needs {', '.join(SYNTHETIC_FIELDS)}, or a `trace:` block "
+                    f"imports a production trace instead (required: {', '.join(required)})"
                 )
         else:
             extra = [
