@@ -4,11 +4,10 @@ trace's sharing than round robin."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from twinjob import run_twin_job
 
 from dpbench.paths import shared_traces_dir
 
@@ -31,19 +30,7 @@ def _spec(tmp_path: Path) -> Path:
 
 
 def _twin(env, spec: Path, out: Path, **options) -> dict:
-    from dpbench.twin.config import TwinInputs, make_config
-    from dpbench.twin.job import write_job
-
-    config = make_config(dp_size=2, rank_mode="threads", record_timeline=False, **options)
-    job = write_job(out.with_suffix(".job.json"), str(spec), config, TwinInputs())
-    proc = subprocess.run(
-        [str(env.python), "-m", "dpbench.twin.run", str(job), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_twin_job(env, str(spec), out, record_timeline=False, **options)
 
 
 @pytest.mark.sglang

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from twinjob import run_twin_job
 
 VERSIONS = ("0.5.16", "0.5.23")
 SHARED = 600  # tokens of the shared prefix in the scheduler scenarios
@@ -168,19 +169,7 @@ REQUESTS = 60
 
 
 def _twin(env, out: Path, **options) -> dict:
-    from dpbench.twin.config import TwinInputs, make_config
-    from dpbench.twin.job import write_job
-
-    config = make_config(dp_size=2, rank_mode="threads", **options)
-    job = write_job(out.with_suffix(".job.json"), SPEC, config, TwinInputs(requests=REQUESTS))
-    proc = subprocess.run(
-        [str(env.python), "-m", "dpbench.twin.run", str(job), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_twin_job(env, SPEC, out, requests=REQUESTS, **options)
 
 
 def _extend_tokens(result: dict) -> int:
