@@ -269,3 +269,33 @@ def test_delay_fraction_over_prefillable_passes_leaves_out_passes_with_nothing_t
     only_idle = delay_fractions([("none", "true", 12.0)])
     assert "delayer_delay_fraction_prefillable" not in only_idle  # nothing decided: absent
     assert delay_fractions([]) == {}
+
+
+def test_prefix_hits_are_sglangs_cached_tokens_and_absent_when_unsaid():
+    from dpbench.server.client import RequestOutcome
+    from dpbench.server.loadgen import LoadResult, LoopLag
+    from dpbench.server.stats import prefix_hits_by_rank, summarize
+
+    def out(rid, rank, prompt, cached, ok=True):
+        return RequestOutcome(
+            id=rid, input_tokens=prompt, ok=ok, ttft_s=0.1, e2e_s=0.2, output_tokens=2,
+            itl_s=[0.1], dp_rank=rank, cached_tokens=cached,
+        )  # fmt: skip
+
+    def load(outs):
+        return LoadResult(
+            outcomes=outs, duration_s=1.0, schedule_kind="open", send_lateness_s=[],
+            loop_lag=LoopLag(), t0=0.0,
+        )  # fmt: skip
+
+    outs = [out("a", 0, 1000, 0), out("b", 0, 1000, 512), out("c", 1, 2000, 1536),
+            out("d", 1, 500, 400, ok=False)]  # fmt: skip
+    m = summarize(load(outs))
+    assert m["prefix_hit_rate"].value == pytest.approx((512 + 1536) / 4000)  # completed only
+    assert prefix_hits_by_rank(outs) == [
+        {"rank": 0, "requests": 2, "prompt_tokens": 2000, "cached_tokens": 512, "hit_rate": 0.256},
+        {"rank": 1, "requests": 1, "prompt_tokens": 2000, "cached_tokens": 1536, "hit_rate": 0.768},
+    ]
+    # a server that does not say (no meta_info.cached_tokens): not measured, so absent
+    unsaid = [out("a", 0, 1000, None), out("b", 0, 1000, 512)]
+    assert "prefix_hit_rate" not in summarize(load(unsaid))

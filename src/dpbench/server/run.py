@@ -558,6 +558,10 @@ def execute(
         "prefix_hits_by_rank": prefix_hits_by_rank(load.outcomes),
         "server_log": str(log),
     }
+    if prep.spec.trace is not None:  # what the import kept, cut and dropped (window = seed)
+        from dpbench.workload.trace import import_spec_trace
+
+        extra["trace_import"] = import_spec_trace(prep.spec)[1].as_dict()
     if after is not None and before is not None:
         srv = server_metrics(before, after)
         metrics.update(srv.as_metrics())
