@@ -19,7 +19,10 @@ from dpbench.workload.models import load_model_config
     [
         ({"dp_size": 1}, "dp_size must be an integer in 2 … 16"),
         ({"dp_size": 17}, "dp_size must be an integer in 2 … 16"),
-        ({"dispatch": "random"}, "dispatch must be one of ('round_robin', 'shortest_queue', 'cache_aware')"),
+        (
+            {"dispatch": "random"},
+            "dispatch must be one of ('round_robin', 'shortest_queue', 'cache_aware')",
+        ),
         ({"max_total_tokens_per_rank": 3}, "max_total_tokens_per_rank must be ≥ 16"),
         ({"step_exchange": "nccl"}, "step_exchange must be one of"),
         ({"deadline_s": 0}, "deadline_s must be > 0"),
