@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -55,8 +54,7 @@ def import_trace(
     window: int = 0,
     context_len: int | None = None,
     base: Path | None = None,
-    reader: Callable[[str, Path], RawTrace] = read_raw,
 ) -> tuple[list[TraceRequest], ImportReport]:
     """Window ``window`` of ``source`` as the suite's trace requests, and what the import did."""
     path = resolve_path(source, base)
-    return fit(reader(source.format, path), source, window=window, context_len=context_len)
+    return fit(read_raw(source.format, path), source, window=window, context_len=context_len)
