@@ -33,7 +33,18 @@ def test_the_server_and_the_replayed_twin_agree_on_a_mooncake_window(release, tm
     assert (
         abs(rows["delay-verdict fraction, passes with a prefillable rank"]["replay_diff"]) <= 0.03
     )
-    assert abs(rows["TTFT p50"]["replay_rel"]) <= 0.10
+    # TTFT ±10 %: on the schedulers' clock unless the machine ran them late; as the client saw
+    # it unless the path back to it was slow. A run the instrument spoiled is named and left
+    # out (CI once read the client's TTFT p50 34 % above the replay, with no cause recorded)
+    (health,) = report["server_health"]
+    for label, scope in (("TTFT p50 at the scheduler", "scheduling"), ("TTFT p50", "client")):
+        row = rows[label]
+        if health[f"{scope}_valid"]:
+            assert row["valid_runs"] == [True]
+            assert abs(row["replay_rel"]) <= 0.10, (label, row, health)
+        else:
+            assert health["broken"] and row["valid_runs"] == [False]
+            assert row["replay_rel"] != row["replay_rel"]  # left out: NaN, not a number
     # both caches hit the trace's sharing: SGLang's own cached_tokens and the twin's matches
     hit = rows["prefix-cache hit rate"]
     assert hit["server_runs"][0] > 0.05

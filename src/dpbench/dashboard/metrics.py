@@ -39,7 +39,8 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
     # The measuring instrument's own health (the load client, the virtual device, this
     # machine's loop speed): whether a run is valid, never whether SGLang got better.
     (
-        r"client_send_lateness|loop_lag|event_loop_lag|device_idle|pickup_ms|server_startup|"
+        r"client_send_lateness|loop_lag|event_loop_lag|device_idle|pickup_ms|first_token_return|"
+        r"server_startup|"
         r"scheduler_pass_us|passes_per_s|pass_wall_over_rank_work",
         "instrument",
         "the measuring instrument's health (load client, virtual device, this machine): a "

@@ -348,12 +348,22 @@ def fidelity(
                 f"{row['metric']} ({row['unit']})",
                 f"{row['twin']:.4g}" + (" (in range)" if row["within_range"] else ""),
                 f"{row['server']:.4g}",
-                " ".join(f"{v:.4g}" for v in row["server_runs"]),
+                " ".join(
+                    f"{v:.4g}" + ("" if ok else "(x)")
+                    for v, ok in zip(row["server_runs"], row["valid_runs"], strict=True)
+                ),
                 _fidelity_diff(row, "diff", "rel"),
                 " ".join(f"{v:.4g}" for v in row["replay_runs"]),
                 _fidelity_diff(row, "replay_diff", "replay_rel") + _ci(row),
             )
         con.print(table)
+        for i, health in enumerate(report["server_health"]):
+            for line in health["broken"]:
+                con.print(
+                    f"server run r{i}: {line}; its values marked (x) are left out of the "
+                    "means and differences",
+                    markup=False,
+                )
 
 
 @app.command()

@@ -42,51 +42,70 @@ import numpy as np
 from dpbench import results
 from dpbench.paths import project_root, results_dir
 from dpbench.schema import metadata_of, to_dict
+from dpbench.server.health import Health, check
 from dpbench.server.run import RunOptions
 from dpbench.twin.stats import paired
 
-# (row label, server metric, twin metric or a function of the twin result, unit)
-ROWS: tuple[tuple[str, str, str, str], ...] = (
-    ("DP-mixed step fraction", "dp_mixed_step_fraction", "dp_mixed_step_fraction", "fraction"),
+# (row label, server metric, twin metric, unit, the instrument scope its server value needs
+# valid: None for scheduling decisions, which the replay compares whatever the machine did;
+# "scheduling" for the schedulers' own clock; "client" for what the load client measured;
+# see dpbench.server.health)
+ROWS: tuple[tuple[str, str, str, str, str | None], ...] = (
+    (
+        "DP-mixed step fraction",
+        "dp_mixed_step_fraction",
+        "dp_mixed_step_fraction",
+        "fraction",
+        None,
+    ),
     (
         "decode-rank time beside prefill",
         "decode_rank_s_beside_prefill",
         "decode_rank_s_beside_prefill",
         "rank·s",
+        None,
     ),
     (
         "  … as a fraction of decode-rank time",
         "decode_rank_time_beside_prefill_fraction",
         "decode_rank_time_beside_prefill_fraction",
         "fraction",
+        None,
     ),
     (
         "delay-verdict fraction, passes with a prefillable rank",
         "delayer_delay_fraction_prefillable",
         "delayer_delay_fraction_prefillable",
         "fraction",
+        None,
     ),
     (
         "  … of every outcome (server counts idle passes)",
         "delayer_delay_fraction",
         "delayer_delay_fraction",
         "fraction",
+        None,
     ),
-    ("TTFT p50", "ttft_ms_p50", "ttft_ms_p50", "ms"),
+    ("TTFT p50", "ttft_ms_p50", "ttft_ms_p50", "ms", "client"),
+    # first token computed on the virtual device − planned send: the twin's definition,
+    # without the path back to the client
+    ("TTFT p50 at the scheduler", "scheduler_ttft_ms_p50", "ttft_ms_p50", "ms", "scheduling"),
     (
         "KV pool occupied p50 (evictable included)",
         "kv_pool_occupied_p50",
         "kv_pool_occupied_p50",
         "fraction",
+        None,
     ),
-    ("TTFT p99", "ttft_ms_p99", "ttft_ms_p99", "ms"),
-    ("TPOT p50", "tpot_ms_p50", "tpot_ms_p50", "ms"),
-    ("TPOT p99", "tpot_ms_p99", "tpot_ms_p99", "ms"),
-    ("ITL p99", "itl_ms_p99", "itl_ms_p99", "ms"),
-    ("throughput", "request_throughput_per_s", "request_throughput_req_per_s", "req/s"),
-    ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s"),
+    ("TTFT p99", "ttft_ms_p99", "ttft_ms_p99", "ms", "client"),
+    ("TTFT p99 at the scheduler", "scheduler_ttft_ms_p99", "ttft_ms_p99", "ms", "scheduling"),
+    ("TPOT p50", "tpot_ms_p50", "tpot_ms_p50", "ms", "client"),
+    ("TPOT p99", "tpot_ms_p99", "tpot_ms_p99", "ms", "client"),
+    ("ITL p99", "itl_ms_p99", "itl_ms_p99", "ms", "client"),
+    ("throughput", "request_throughput_per_s", "request_throughput_req_per_s", "req/s", "client"),
+    ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s", "client"),
     # SGLang's meta_info.cached_tokens on the server; the twin's first-admission matches
-    ("prefix-cache hit rate", "prefix_hit_rate", "prefix_hit_rate", "fraction"),
+    ("prefix-cache hit rate", "prefix_hit_rate", "prefix_hit_rate", "fraction", None),
 )
 
 
@@ -284,6 +303,7 @@ def compare(
     twin: dict[str, Any],
     servers: list[dict[str, Any]],
     replays: list[dict[str, Any]] | None = None,
+    healths: list[Health] | None = None,
 ) -> list[dict[str, Any]]:
     """Per metric: the twin's value, the server runs' values, mean, range, and mean − twin.
 
@@ -292,11 +312,21 @@ def compare(
     With ``replays`` (the twin run on each server run's own scheduler arrivals, same order),
     ``replay_runs`` holds those and ``replay_diff`` the mean of the paired differences
     server run − twin on that run's arrivals.
+
+    With ``healths`` (:func:`dpbench.server.health.check` of each server run), a timing row
+    leaves out the runs whose instrument spoiled it (``valid_runs`` says which were kept;
+    ``excluded`` how many were not): its mean, differences and interval are over the valid
+    runs only, NaN when none was valid. Decision rows keep every run.
     """
     rows = []
-    for label, s_name, t_name, unit in ROWS:
+    for label, s_name, t_name, unit, scope in ROWS:
         t = _value(twin, t_name)
-        runs = [_value(srv, s_name) for srv in servers]
+        valid = [
+            scope is None or healths is None or healths[i].valid_for(scope)
+            for i in range(len(servers))
+        ]
+        all_runs = [_value(srv, s_name) for srv in servers]
+        runs = [v if ok else math.nan for v, ok in zip(all_runs, valid, strict=True)]
         seen = [v for v in runs if not math.isnan(v)]
         s = _mean(runs)
         diff = s - t if not (math.isnan(s) or math.isnan(t)) else math.nan
@@ -306,7 +336,9 @@ def compare(
             "unit": unit,
             "twin": t,
             "server": s,
-            "server_runs": runs,
+            "server_runs": all_runs,
+            "valid_runs": valid,
+            "excluded": valid.count(False),
             "server_min": min(seen) if seen else math.nan,
             "server_max": max(seen) if seen else math.nan,
             "server_sd": float(np.std(seen, ddof=1)) if len(seen) > 1 else math.nan,
@@ -315,13 +347,15 @@ def compare(
             "within_range": bool(seen) and not math.isnan(t) and min(seen) <= t <= max(seen),
         }
         if replays is not None:
-            rep = [_value(r, t_name) for r in replays]
-            row["replay_runs"] = rep
-            row["replay_diff"] = _mean([a - b for a, b in zip(runs, rep, strict=True)])
+            rep_all = [_value(r, t_name) for r in replays]
+            row["replay_runs"] = rep_all
+            pairs = [(a, b) for a, b, ok in zip(all_runs, rep_all, valid, strict=True) if ok]
+            rep = [b for _, b in pairs]
+            row["replay_diff"] = _mean([a - b for a, b in pairs])
             rd, rm = row["replay_diff"], _mean(rep)
             row["replay_rel"] = rd / abs(rm) if rm and not math.isnan(rd) else math.nan
             # 95 % t interval of server run − twin on its arrivals (≥ 2 runs)
-            pair = paired(rep, runs)
+            pair = paired(rep, [a for a, _ in pairs])
             row["replay_ci95"] = [pair.ci95_low, pair.ci95_high]
         rows.append(row)
     return rows
@@ -383,11 +417,15 @@ def run(
         )
         for out, path, srv in zip(replay_paths, paths, servers, strict=True)
     ]
+    healths = [check(srv) for srv in servers]
     report = {
         "inputs": to_dict(inp),
         "executor": "simulated",
         "cost_model": servers[0].get("cost_model"),
-        "rows": compare(twin, servers, replays),
+        "rows": compare(twin, servers, replays, healths),
+        # the instrument's health per server run (dpbench.server.health): a timing row leaves
+        # out the runs it spoiled
+        "server_health": [h.as_dict() for h in healths],
         "twin_result": str(out_dir / f"{stem}-twin.json"),
         "twin_replay_results": [str(p) for p in replay_paths],
         "server_results": [str(p) for p in paths],

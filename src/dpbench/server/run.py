@@ -571,8 +571,10 @@ def execute(
         from dpbench.server.steps import (
             StepRecordError,
             read_arrivals,
+            read_first_tokens,
             read_idle_passes,
             read_records,
+            scheduler_latency,
             since,
             summarise,
         )
@@ -597,6 +599,17 @@ def execute(
         arrivals, pickup = read_arrivals(step_dir(opts, run_dir), cfg.dp_size, sent, load.t0)
         metrics.update(pickup)
         metrics.update(read_idle_passes(step_dir(opts, run_dir), cfg.dp_size, t_load))
+        offsets = prep.schedule.offsets_s
+        planned = (
+            {r.id: load.t0 + float(off) for r, off in zip(prep.requests, offsets, strict=True)}
+            if offsets is not None
+            else sent
+        )
+        received = {
+            o.id: o.start_s + o.ttft_s for o in load.outcomes if o.start_s and o.ttft_s is not None
+        }
+        first = read_first_tokens(step_dir(opts, run_dir), cfg.dp_size)
+        metrics.update(scheduler_latency(first, planned, received))
         # when each request reached its scheduler and which DP rank: the twin can replay these
         extra["scheduler_arrivals"] = arrivals
         extra["step_records_dir"] = str(step_dir(opts, run_dir))
@@ -616,6 +629,12 @@ def execute(
     )
     if opts.simulate_forward:
         mark_simulated(result, executor["cost_model"])
+    from dpbench.server.health import check
+
+    # whether this run measured SGLang or this machine (stated limits; a broken one says which)
+    result["extra"]["instrument_health"] = check(result).as_dict()
+    for line in result["extra"]["instrument_health"]["broken"]:
+        result["notes"].append(f"instrument: {line}")
     if died is not None:
         raise RunIncomplete(
             f"the server lost {died} during the run; partial result kept (marked incomplete); "

@@ -196,6 +196,65 @@ def read_arrivals(
     return found, m
 
 
+def read_first_tokens(record_dir: str | Path, dp_size: int) -> dict[str, float]:
+    """When each request's first token was computed: the device end (monotonic) of the forward
+    that ran the last of its prompt, from ``passes-rank<N>.jsonl`` and ``rank<N>.jsonl``.
+
+    Every pass that ran a forward (``kind`` other than ``none``) is followed by exactly one
+    step record on its rank, in order, so the two files line up one to one (a mismatch of
+    kinds fails, naming the rank and the pass). A request in a pass's ``admitted`` whose
+    prompt is not left as that pass's chunked request (``chunked_after``) finished its prefill
+    in that forward; a retracted request's later admissions do not move its first token.
+    Empty when the run has no pass records (an old run) or no forward with a device end."""
+    first: dict[str, float] = {}
+    for r in range(dp_size):
+        passes_path = Path(record_dir) / f"passes-rank{r}.jsonl"
+        steps_path = Path(record_dir) / f"rank{r}.jsonl"
+        if not (passes_path.is_file() and steps_path.is_file()):
+            return {}
+        forwards = [p for p in _jsonl(passes_path) if p["kind"] != "none"]
+        steps = _jsonl(steps_path)
+        for p, step in zip(forwards, steps, strict=False):  # a killed rank's last may be cut
+            if p["kind"] != step["kind"]:
+                raise StepRecordError(
+                    f"DP rank {r}: pass {p['pass']} ran forward kind {p['kind']!r} but its "
+                    f"step record {step['step']} is {step['kind']!r}; the pass and step files "
+                    "do not line up"
+                )
+            if "end" not in step:
+                return {}
+            for rid in p["admitted"]:
+                if rid != p["chunked_after"] and rid not in first:
+                    first[rid] = float(step["end"])
+    return first
+
+
+def scheduler_latency(
+    first: dict[str, float], planned: dict[str, float], received: dict[str, float]
+) -> dict[str, Metric]:
+    """TTFT at the scheduler and the first token's way back to the client, in ms.
+
+    ``first``: :func:`read_first_tokens`; ``planned``: each request's planned send (monotonic,
+    the schedule's offset after the client's time zero; the actual send in a closed loop);
+    ``received``: when the client read its first token. TTFT at the scheduler = first token
+    computed − planned send: what the twin, replaying the run's arrivals, measures (it times
+    from the same planned send), without the path back (scheduler → detokenizer → tokenizer
+    manager → HTTP → client), which is the instrument's, not the scheduling's. The return
+    path = received − computed: the health of that path on this machine. Absent where the
+    records do not say (a run without pass records, a request not served)."""
+    m: dict[str, Metric] = {}
+    ids = [i for i in planned if i in first]
+    if ids:
+        ttft = np.array([(first[i] - planned[i]) * 1e3 for i in ids])
+        m["scheduler_ttft_ms_p50"] = Metric(float(np.percentile(ttft, 50)), "ms", "lower")
+        m["scheduler_ttft_ms_p99"] = Metric(float(np.percentile(ttft, 99)), "ms", "lower")
+    back = np.array([(received[i] - first[i]) * 1e3 for i in received if i in first])
+    if back.size:
+        m["first_token_return_ms_p50"] = Metric(float(np.percentile(back, 50)), "ms", "lower")
+        m["first_token_return_ms_p99"] = Metric(float(np.percentile(back, 99)), "ms", "lower")
+    return m
+
+
 def read_idle_passes(record_dir: str | Path, dp_size: int, t0: float) -> dict[str, Metric]:
     """How long SGLang's event loop took to come round when no rank ran a batch while one had
     requests waiting (``idle-passes-rank<N>.jsonl``, passes from ``t0`` on): the twin's
