@@ -265,3 +265,101 @@ def test_noise_free_levels_are_split_where_asvs_detector_splits_them():
             continue
         checked += 1
         assert [s[:3] for s in detect_steps(ys)] == [s[:3] for s in runs], ys
+
+
+def test_the_same_seeds_on_both_commits_are_compared_pair_by_pair():
+    """Three seeds whose unpaired bands overlap ("within noise" unpaired) but which move the
+    same way on every seed: the paired difference has an interval that excludes 0."""
+    a = Side(0.10, 0.08, 0.13, samples=(0.08, 0.10, 0.13), seeds="v3")
+    b = Side(0.09, 0.07, 0.12, samples=(0.07, 0.09, 0.12), seeds="v3")
+    assert change_of(Side(0.10, 0.08, 0.13), Side(0.09, 0.07, 0.12), "lower").verdict == (
+        "within noise"
+    )
+    c = change_of(a, b, "lower")
+    assert c.verdict == "better" and c.basis == "paired, 3 seeds"
+    assert c.pct == pytest.approx(-0.01 / (0.31 / 3) * 100)
+    assert c.lo == pytest.approx(c.pct) and c.hi == pytest.approx(c.pct)  # identical differences
+    # per-seed differences of both signs: the interval holds 0
+    noisy = change_of(a, Side(0.10, samples=(0.09, 0.12, 0.11), seeds="v3"), "lower")
+    assert noisy.verdict == "within noise" and noisy.lo < 0 < noisy.hi
+
+
+def test_pairing_needs_the_same_seed_set():
+    a = Side(1.0, 0.9, 1.1, samples=(0.9, 1.0, 1.1), seeds="v3")
+    other_version = Side(2.0, 1.9, 2.1, samples=(1.9, 2.0, 2.1), seeds="v4")
+    fewer = Side(2.0, 1.9, 2.1, samples=(1.9, 2.1), seeds="v3")
+    for b in (other_version, fewer, Side(2.0, 1.9, 2.1)):
+        c = change_of(a, b, "lower")
+        assert c.basis == "bands" and c.verdict == "worse"  # unpaired: the bands decide
+    # a seed one side did not measure is left out of the pairs; one pair is not enough
+    gap = change_of(a, Side(2.0, samples=(None, 2.0, 2.2), seeds="v3"), "lower")
+    assert gap.basis == "paired, 2 seeds"
+    lone = change_of(a, Side(2.0, 1.9, 2.1, samples=(None, None, 2.1), seeds="v3"), "lower")
+    assert lone.basis == "bands"
+
+
+def test_paired_interval_is_the_t_interval_of_the_differences():
+    import statistics
+
+    from dpbench.twin.stats import paired
+
+    xs, ys = (10.0, 12.0, 11.0, 13.0), (11.0, 12.5, 12.0, 15.0)
+    c = change_of(Side(11.5, samples=xs, seeds="v"), Side(12.6, samples=ys, seeds="v"), "higher")
+    p = paired(xs, ys)
+    scale = statistics.mean(xs) / 100
+    assert (c.lo, c.pct, c.hi) == (
+        pytest.approx(p.ci95_low / scale),
+        pytest.approx(p.mean_diff / scale),
+        pytest.approx(p.ci95_high / scale),
+    )
+    assert c.verdict == "better"
+
+
+def test_asv_samples_of_two_commits_are_paired_by_seed(tmp_path, monkeypatch):
+    """asv's own Results (written with record_samples, as the main job's `asv run
+    --record-samples` writes them) → the loader → the model → a paired verdict; a commit whose
+    benchmark version differs (another seed set) is compared unpaired."""
+    import datetime
+
+    from asv import util
+    from asv.machine import Machine
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    from dpbench.dashboard.compare import compare_commits
+    from dpbench.dashboard.loaders import load_results
+    from dpbench.dashboard.model import build_model
+
+    monkeypatch.setattr(Machine, "hardcoded_machine_name", "box")
+    now = datetime.datetime.now(datetime.UTC)
+    per_commit = {  # commit → (benchmark version, per-seed DP-mixed fractions at 2 settings)
+        "a" * 40: ("v3", [[0.08, 0.10, 0.13], [0.20, 0.21, 0.22]]),
+        "b" * 40: ("v3", [[0.07, 0.09, 0.12], [0.20, 0.23, 0.21]]),
+        "c" * 40: ("v4", [[0.07, 0.09, 0.12], [0.20, 0.23, 0.21]]),
+    }
+    for i, (sha, (version, samples)) in enumerate(per_commit.items()):
+        res = Results({"machine": "box"}, {}, sha, 1_700_000_000_000 + i, "3.11", "env", {})
+        bench = {
+            "name": "twin.TwinHighKV.track_dp_mixed_step_fraction",
+            "params": [["4", "8"]],
+            "version": version,
+        }
+        out = BenchmarkResult(
+            result=[True, True], samples=samples, number=[1, 1], errcode=0, stderr="",
+            profile=None,
+        )  # fmt: skip
+        res.add_result(bench, out, started_at=now, duration=1.0, record_samples=True)
+        res.save(str(tmp_path))
+    info = {"machine": "box", "arch": "x86_64", "cpu": "", "num_cpu": "2", "os": "", "ram": ""}
+    util.write_json(str(tmp_path / "box" / "machine.json"), info, api_version=Machine.api_version)
+    model = build_model(load_results(tmp_path), [])
+    (chart,) = model["charts"]
+    assert [s["samples"]["0"]["x"] for s in chart["series"]] == [
+        [0.08, 0.10, 0.13],
+        [0.2, 0.21, 0.22],
+    ]
+    rows = {r.params: r for r in compare_commits(model, 0, 1)}
+    assert rows[("4",)].change.basis == "paired, 3 seeds" and rows[("4",)].verdict == "better"
+    assert rows[("8",)].change.basis == "paired, 3 seeds" and rows[("8",)].verdict == "within noise"
+    unpaired = {r.params: r for r in compare_commits(model, 0, 2)}
+    assert unpaired[("4",)].change.basis == "bands"

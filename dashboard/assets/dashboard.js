@@ -52,9 +52,50 @@ const DP = (function () {
     return v != null && CONTROL_VALUES.includes(String(v).trim().toLowerCase());
   }
 
+  let T975 = [];  // Student's t 0.975 quantiles, df 1 … 100: the model's (data.t975), set by
+                  // compareCommits and summary before they compare
+
   function valueAt(series, index) {
-    for (const p of series.points) if (p[0] === index) return {value: p[1], lo: p[2], hi: p[3]};
+    for (const p of series.points) {
+      if (p[0] !== index) continue;
+      const smp = series.samples ? series.samples[String(index)] : null;
+      return {value: p[1], lo: p[2], hi: p[3], samples: smp ? smp.x : null, seeds: smp ? smp.seeds : null};
+    }
     return null;
+  }
+
+  // Same as dpbench.dashboard.compare.paired_with: the seeds both sides measured, if the same set.
+  function pairedWith(a, b) {
+    if (!a.samples || !b.samples || a.seeds == null || a.seeds !== b.seeds) return null;
+    if (a.samples.length !== b.samples.length) return null;
+    const pairs = [];
+    for (let i = 0; i < a.samples.length; i++) {
+      const x = a.samples[i], y = b.samples[i];
+      if (x != null && y != null && isFinite(x) && isFinite(y)) pairs.push([x, y]);
+    }
+    return pairs.length >= 2 ? pairs : null;
+  }
+
+  // Same as dpbench.dashboard.compare._paired_change.
+  function pairedChange(pairs, better) {
+    const n = pairs.length;
+    const d = pairs.map(([x, y]) => y - x);
+    const meanA = pairs.reduce((t, [x]) => t + x, 0) / n;
+    const meanD = d.reduce((t, v) => t + v, 0) / n;
+    const sd = Math.sqrt(d.reduce((t, v) => t + (v - meanD) ** 2, 0) / (n - 1));
+    const t = n - 1 <= T975.length ? T975[n - 2] : 1.96;
+    const half = t * sd / Math.sqrt(n);
+    const basis = "paired, " + n + " seeds";
+    if (meanD === 0 && sd === 0) return {pct: 0, lo: null, hi: null, verdict: "no change", basis};
+    let pct = null, lo = null, hi = null;
+    if (meanA !== 0) {
+      const scale = Math.abs(meanA);
+      pct = meanD / scale * 100; lo = (meanD - half) / scale * 100; hi = (meanD + half) / scale * 100;
+    }
+    if (meanD - half <= 0 && 0 <= meanD + half) return {pct, lo, hi, verdict: "within noise", basis};
+    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
+    const bWins = better === "higher" ? meanD > 0 : meanD < 0;
+    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
   }
 
   // Same rules as dpbench.dashboard.compare.change_of (the terminal's `dpbench compare`).
@@ -64,6 +105,8 @@ const DP = (function () {
       const p = a.value !== 0 ? (b.value - a.value) / Math.abs(a.value) * 100 : null;
       return {pct: p, lo: null, hi: null, verdict: "instrument", basis: ""};
     }
+    const pairs = pairedWith(a, b);
+    if (pairs) return pairedChange(pairs, better);
     const banded = a.lo != null && a.hi != null && b.lo != null && b.hi != null;
     if (a.value === b.value) return {pct: 0, lo: null, hi: null, verdict: "no change", basis: banded ? "bands" : ""};
     let pct = null, lo = null, hi = null;
@@ -102,6 +145,7 @@ const DP = (function () {
 
   // Same order as dpbench.dashboard.compare.sort_key.
   function compareCommits(data, ia, ib, machine) {
+    T975 = data.t975 || [];
     const rows = [];
     for (const chart of data.charts) {
       for (const s of chart.series) {
@@ -120,6 +164,7 @@ const DP = (function () {
   // Same as dpbench.dashboard.compare.summary: the columns and sections are decided in Python
   // (chart.key, chart.section) so the two cannot drift; this only collects the cells.
   function summary(data, ia, ib, machine) {
+    T975 = data.t975 || [];
     const columns = {};
     for (const chart of data.charts) {
       if (!chart.key || !chart.section) continue;

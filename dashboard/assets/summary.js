@@ -27,9 +27,12 @@
     td.appendChild(verdict);
     const why = [cell.chart.title, "unit: " + cell.chart.unit, DP.BETTER_TEXT[cell.chart.better],
                  cell.change.basis === "single run" ? "single run per commit (no noise band)" :
-                 cell.change.basis === "bands" ? "noise band: " + (cell.chart.series[0].band || "") : ""];
+                 cell.change.basis === "bands" ? "unpaired: noise bands (" + (cell.chart.series[0].band || "") + ")" :
+                 cell.change.basis.startsWith("paired") ? cell.change.basis + ": mean per-seed difference, 95 % interval" : ""];
     td.title = why.filter(Boolean).join(" · ");
-    if (cell.change.basis === "single run") td.appendChild(DP.el("div", {"class": "basis muted"}, "single run"));
+    if (cell.change.basis === "single run" || cell.change.basis.startsWith("paired") || cell.change.basis === "bands") {
+      td.appendChild(DP.el("div", {"class": "basis muted"}, cell.change.basis === "bands" ? "unpaired" : cell.change.basis));
+    }
     return td;
   }
 

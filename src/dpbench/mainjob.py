@@ -217,7 +217,19 @@ def _asv_run(
     with tempfile.NamedTemporaryFile("w", suffix=".hashes", delete=False) as fh:
         fh.write("\n".join(commits) + "\n")
         hashfile = fh.name
-    run = [*asv, "run", *conf, "--show-stderr", "--bench", bench, "--launch-method", "spawn"]
+    # --record-samples: asv keeps each benchmark's per-seed values (in seed order), so
+    # comparisons pair two commits seed by seed (dpbench.dashboard.compare)
+    run = [
+        *asv,
+        "run",
+        *conf,
+        "--show-stderr",
+        "--record-samples",
+        "--bench",
+        bench,
+        "--launch-method",
+        "spawn",
+    ]
     if not rerun:
         run.append("--skip-existing-successful")  # failed ones are retried
     try:

@@ -14,9 +14,14 @@ and ``summaryRows``), so the terminal (`dpbench compare`) and the pages agree:
   "instrument" whatever it did: a validity check, never a verdict, listed last;
 - a timing-dependent tier (``metrics.TIMING_TIERS``: the server) with one run per side is
   "single run": no verdict without repeats;
+- both sides carry per-seed samples of the same seeds (the same benchmark version and as
+  many samples: asv keeps them in seed order with ``--record-samples``) → **paired**: the
+  change is the mean of the per-seed differences B − A over the mean of A, with its 95 %
+  t interval (as ``dpbench twin sweep`` pairs its arms); "within noise" when that interval
+  holds 0. Pairing comes first: unpaired bands are the fallback where the seeds differ;
 - otherwise the metric's direction decides "better" / "worse"; a metric with no
   direction ("none") or an unknown one only "changed". ``basis`` says whether the
-  verdict rests on bands or on a single run per side.
+  verdict rests on paired seeds ("paired, n seeds"), bands or a single run per side.
 """
 
 from __future__ import annotations
@@ -50,10 +55,52 @@ class Side:
     value: float
     lo: float | None = None
     hi: float | None = None
+    # per-seed values in seed order, and what identifies the seed set (the benchmark's version)
+    samples: tuple[float | None, ...] | None = None
+    seeds: str | None = None
 
     @property
     def banded(self) -> bool:
         return self.lo is not None and self.hi is not None
+
+
+def paired_with(a: Side, b: Side) -> list[tuple[float, float]] | None:
+    """The (A, B) value of each seed both sides measured, when they ran the same seeds; None
+    when they cannot be paired (no samples, another seed set, fewer than 2 common seeds)."""
+    if a.samples is None or b.samples is None or a.seeds is None or a.seeds != b.seeds:
+        return None
+    if len(a.samples) != len(b.samples):
+        return None
+    pairs = [
+        (x, y)
+        for x, y in zip(a.samples, b.samples, strict=True)
+        if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+    ]
+    return pairs if len(pairs) >= 2 else None
+
+
+def _paired_change(pairs: list[tuple[float, float]], better: str) -> Change:
+    from dpbench.twin.stats import t_quantile_975
+
+    n = len(pairs)
+    d = [y - x for x, y in pairs]
+    mean_a = sum(x for x, _ in pairs) / n
+    mean_d = sum(d) / n
+    sd = math.sqrt(sum((v - mean_d) ** 2 for v in d) / (n - 1))
+    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    basis = f"paired, {n} seeds"
+    if mean_d == 0 and sd == 0:
+        return Change(0.0, None, None, "no change", basis)
+    pct = lo = hi = None
+    if mean_a != 0:
+        pct = mean_d / abs(mean_a) * 100
+        lo, hi = (mean_d - half) / abs(mean_a) * 100, (mean_d + half) / abs(mean_a) * 100
+    if mean_d - half <= 0 <= mean_d + half:
+        return Change(pct, lo, hi, "within noise", basis)
+    if better not in ("higher", "lower"):
+        return Change(pct, lo, hi, "changed", basis)
+    b_wins = mean_d > 0 if better == "higher" else mean_d < 0
+    return Change(pct, lo, hi, "better" if b_wins else "worse", basis)
 
 
 @dataclass(frozen=True)
@@ -62,7 +109,7 @@ class Change:
     lo: float | None  # interval of pct where both sides have bands
     hi: float | None
     verdict: str  # better | worse | changed | within noise | no change | not measured
-    basis: str  # "bands" | "single run" | ""
+    basis: str  # "paired, N seeds" | "bands" | "single run" | ""
 
     @property
     def size(self) -> float:
@@ -78,6 +125,9 @@ def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Ch
     if better == "instrument":
         pct = (b.value - a.value) / abs(a.value) * 100 if a.value != 0 else None
         return Change(pct, None, None, "instrument", "")
+    pairs = paired_with(a, b)
+    if pairs is not None:
+        return _paired_change(pairs, better)
     if a.value == b.value:
         return Change(0.0, None, None, "no change", "bands" if a.banded and b.banded else "")
     banded = a.banded and b.banded
@@ -158,7 +208,10 @@ def resolve_commit(model: dict[str, Any], name: str) -> int:
 def side_at(series: dict[str, Any], index: int) -> Side | None:
     for i, value, lo, hi in series["points"]:
         if i == index:
-            return Side(value, lo, hi)
+            smp = (series.get("samples") or {}).get(str(index))
+            if smp is None:
+                return Side(value, lo, hi)
+            return Side(value, lo, hi, tuple(smp["x"]), smp["seeds"])
     return None
 
 

@@ -90,6 +90,8 @@ def _cell(chart: dict, a: Side | None, b: Side | None, change: Change) -> Text:
     text.append(change.verdict, style=VERDICT_STYLE.get(change.verdict, "dim"))
     if change.basis == "single run" and change.verdict in ("better", "worse", "changed"):
         text.append(" (single run)", style="dim")
+    elif change.basis.startswith("paired"):
+        text.append(f" ({change.basis})", style="dim")
     return text
 
 
@@ -220,7 +222,11 @@ def compare_command(
     for r in shown:
         metric = r.metric + (f" ({', '.join(r.params)})" if r.params else "")
         verdict = r.verdict + (
-            " (single run)" if r.change.basis == "single run" and r.verdict not in QUIET else ""
+            " (single run)"
+            if r.change.basis == "single run" and r.verdict not in QUIET
+            else f" ({r.change.basis})"
+            if r.change.basis.startswith("paired")
+            else ""
         )
         cells = (
             r.tier,

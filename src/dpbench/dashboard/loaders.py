@@ -39,6 +39,10 @@ class AsvValue:
     ci_high: float | None
     repeats: int | None
     band: str | None = None  # "99% CI" | "IQR" | "sample range" | None (no spread recorded)
+    # the per-seed values in the order the benchmark returned them (asv keeps them with
+    # `asv run --record-samples`), and the benchmark version that fixes which seeds they are
+    samples: tuple[float | None, ...] | None = None
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ def _load_asv_file(path: Path, machine: str) -> AsvRun:
             smp = samples[i] if i < len(samples) and isinstance(samples[i], list) else []
             lo, hi, band = _band(st, smp)
             repeats = st.get("repeat")
+            per_seed = tuple(_finite(x) for x in smp) if len(smp) >= 2 else None
             values.append(
                 AsvValue(
                     benchmark=key,
@@ -143,6 +148,8 @@ def _load_asv_file(path: Path, machine: str) -> AsvRun:
                     ci_high=hi,
                     repeats=int(repeats) if isinstance(repeats, int | float) else None,
                     band=band,
+                    samples=per_seed,
+                    version=res.benchmark_version.get(key) if per_seed else None,
                 )
             )
     date = res.date

@@ -15,8 +15,11 @@ The returned dict is plain JSON; the site's JavaScript and the terminal comparis
                  "better_why", "executor": "simulated" | None, "param_names", "axes",
                  "series": [{"machine", "env", "params", "scenario": {axis: value},
                              "band": "99% CI" | "IQR" | "sample range" | None,
-                             "points": [[i, value, lo|None, hi|None]]}]}],
-     "problems": [{"path", "reason"}]}
+                             "points": [[i, value, lo|None, hi|None]],
+                             "samples": {"i": {"x": [per-seed value|None], "seeds": version}}
+                                        (only where asv kept per-seed samples)}]}],
+     "problems": [{"path", "reason"}],
+     "t975": [Student's t 0.975 quantile for df 1 … 100]}
 
 A value asv or a run file left null/NaN (skipped, not measured) is absent: no point.
 """
@@ -33,11 +36,13 @@ from typing import Any
 
 from dpbench.dashboard import metrics
 from dpbench.dashboard.loaders import Loaded
+from dpbench.twin.stats import t_quantile_975
 
 # The placement tier's codes (dpbench.placement.probe.PLACEMENT_CODES), decoded here.
 PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"}
 PLACEMENT_BENCH = re.compile(r"^placement\..*\btrack_placement_code$")
 SHA = re.compile(r"^[0-9a-f]{7,64}$")
+T975 = [round(t_quantile_975(df), 6) for df in range(1, 101)]
 
 
 def _iso(date_ms: int | None) -> str | None:
@@ -185,6 +190,11 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
                 }
             s["band"] = s["band"] or v.band
             s["points"].append([index[run.commit], v.value, v.ci_low, v.ci_high])
+            if v.samples is not None:  # per-seed values: comparisons pair them by seed
+                s.setdefault("samples", {})[str(index[run.commit])] = {
+                    "x": list(v.samples),
+                    "seeds": v.version,
+                }
 
     for rf in loaded.run_files:
         for name, m in rf.data["metrics"].items():
@@ -278,6 +288,9 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
         "unknown_directions": unknown,
         "charts": out_charts,
         "problems": problems,
+        # Student's t 0.975 quantiles for 1 … 100 degrees of freedom: the pages' paired
+        # intervals use the numbers the terminal uses
+        "t975": T975,
     }
 
 
