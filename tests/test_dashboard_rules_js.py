@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dpbench.dashboard.compare import Side, change_of
+from dpbench.dashboard.compare import Side, change_of, compare_commits
 from dpbench.dashboard.model import T975
 from dpbench.paths import project_root
 
@@ -90,7 +90,16 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
                     "x": list(side.samples),
                     "seeds": side.seeds,
                 }
-        charts.append({"tier": tier, "title": f"case {n}", "better": better, "series": [series]})
+        charts.append(
+            {
+                "tier": tier,
+                "source": "asv",
+                "title": f"case {n}",
+                "unit": "",
+                "better": better,
+                "series": [series],
+            }
+        )
     data = {"charts": charts, "t975": T975}
     with browser.chromium() as chromium:
         ctx = chromium.new_context()
@@ -104,6 +113,12 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
         )
         ctx.close()
     assert errors == []
+    # the same order: verdict, then paired before unpaired before single runs, by significance
+    want_order = [r.params[0] for r in compare_commits(data, 0, 1)]
+    assert [n for n, _ in got] == want_order
+    # "worse" first; among "better", the paired ones (most significant first) before the
+    # single run with the infinite size (a change from 0)
+    assert want_order[:5] == ["6", "2", "0", "3", "9"]
     by_case = {int(n): c for n, c in got}
     for n, (a, b, better, tier) in enumerate(CASES):
         want = change_of(a, b, better, tier)
@@ -114,3 +129,52 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
             assert (js[key] is None) == (w is None), (n, key)
             if w is not None:
                 assert js[key] == pytest.approx(w, rel=1e-5, abs=1e-9), (n, key)
+
+
+def test_the_pages_open_the_summary_with_the_answer_as_the_terminal_does(tmp_path):
+    """Sections in the model's answer-first order on both sides: placement, the twin at the
+    headline settings, the real scheduler (simulated forward), then the rest by name."""
+    from dpbench.dashboard import browser
+    from dpbench.dashboard.compare import summary
+    from dpbench.dashboard.metrics import section_rank
+
+    try:
+        browser.chromium_path()
+    except browser.BrowserUnavailable as exc:
+        pytest.skip(str(exc))
+    sections = ["workloads", "twin · TwinHighKV", "server · SimulatedRooflineServe", "placement"]
+    sections += ["twin · TwinHeadline"]
+    charts = [
+        {
+            "tier": sec.split(" ")[0],
+            "source": "asv",
+            "title": sec,
+            "unit": "",
+            "better": "lower",
+            "key": "mixed",
+            "section": sec,
+            "series": [
+                {
+                    "machine": "m",
+                    "env": "e",
+                    "params": [],
+                    "scenario": {},
+                    "points": [[0, 1.0, None, None], [1, 2.0, None, None]],
+                }
+            ],
+        }
+        for sec in sections
+    ]
+    data = {"charts": charts, "t975": T975, "section_order": sorted(sections, key=section_rank)}
+    js = (project_root() / "dashboard" / "assets" / "dashboard.js").read_text()
+    page_path = tmp_path / "rules.html"
+    page_path.write_text(f"<!doctype html><html><body><script>{js}</script></body></html>")
+    with browser.chromium() as chromium:
+        ctx = chromium.new_context()
+        page = ctx.new_page()
+        page.goto(page_path.resolve().as_uri())
+        got = page.evaluate("data => Object.keys(DP.summary(data, 0, 1))", data)
+        ctx.close()
+    want = list(summary(data, 0, 1))
+    assert got == want
+    assert want[:3] == ["placement", "twin · TwinHeadline", "server · SimulatedRooflineServe"]

@@ -128,6 +128,18 @@ const DP = (function () {
     return Math.abs(c.pct);
   }
 
+  // Same as dpbench.dashboard.compare.Change.significance and .basis_rank.
+  function significance(c) {
+    if (c.pct == null || c.lo == null || c.hi == null) return 0;
+    const half = (c.hi - c.lo) / 2;
+    return half > 0 ? Math.abs(c.pct) / half : Infinity;
+  }
+
+  function basisRank(c) {
+    if (c.basis.startsWith("paired")) return 0;
+    return c.basis === "bands" ? 1 : 2;
+  }
+
   function fmtPct(c) {
     if (c.verdict === "not measured") return "—";
     if (c.pct == null) return "from 0";
@@ -156,8 +168,10 @@ const DP = (function () {
       }
     }
     const key = r => r.chart.tier + r.chart.title;
+    const diff = (p, q) => (p === q ? 0 : p < q ? -1 : 1);  // Infinity − Infinity would be NaN
     rows.sort((x, y) => (VERDICT_ORDER[x.change.verdict] - VERDICT_ORDER[y.change.verdict]) ||
-      (size(y.change) - size(x.change)) || (key(x) < key(y) ? -1 : key(x) > key(y) ? 1 : 0));
+      (basisRank(x.change) - basisRank(y.change)) || diff(significance(y.change), significance(x.change)) ||
+      diff(size(y.change), size(x.change)) || (key(x) < key(y) ? -1 : key(x) > key(y) ? 1 : 0));
     return rows;
   }
 
@@ -198,8 +212,13 @@ const DP = (function () {
       if (xs.length !== ys.length) return xs.length - ys.length;
       return x.machine < y.machine ? -1 : x.machine > y.machine ? 1 : x.env < y.env ? -1 : x.env > y.env ? 1 : 0;
     };
+    // sections answer first, in the model's order (dpbench.dashboard.metrics.section_rank)
+    const order = data.section_order || [];
+    const rank = t => (order.indexOf(t) < 0 ? order.length : order.indexOf(t));
     const out = {};
-    for (const tier of Object.keys(tiers).sort()) out[tier] = Object.values(tiers[tier]).sort(cmp);
+    for (const tier of Object.keys(tiers).sort((x, y) => (rank(x) - rank(y)) || (x < y ? -1 : x > y ? 1 : 0))) {
+      out[tier] = Object.values(tiers[tier]).sort(cmp);
+    }
     return out;
   }
 

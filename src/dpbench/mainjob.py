@@ -8,7 +8,12 @@ what to run on which commit:
    labelled ``early``, the last ``early`` one before the first ``post-kv`` (the before/after
    pair of the placement change), the first labelled ``post-kv``, and the newest;
 3. the simulated-forward server (``server.*Simulated*``; four real SGLang servers per
-   release) over the before/after pair and the newest only.
+   release) over the before/after pair and the newest only;
+4. over the before/after pair only: the twin at the headline settings (``TwinHeadline``, the
+   full spec at DP 4/8 × chunk 8192/16384, 5 seeds compared seed by seed) and on production
+   traffic (``TwinProductionTrace``).
+
+asv runs with ``--record-samples``: every seed's value is kept, so comparisons pair seeds.
 
 ``--bench REGEX`` replaces that plan by one asv run of REGEX over every selected release.
 Then it publishes asv's site and the dpbench dashboard, and says where everything is.
@@ -42,11 +47,14 @@ from dpbench.procs import alive, descendants
 # workload benchmarks measure dpbench itself, not SGLang, so they need one commit only:
 # `asv run --config asv.releases.json -b workloads HEAD^!`.
 PLACEMENT_BENCH = r"^placement\."
-TWIN_BENCH = r"^twin\.(?!TwinProductionTrace)"
+TWIN_BENCH = r"^twin\.(?!TwinProductionTrace|TwinHeadline)"
+# the README's headline settings (full long-prompt-burst, DP 4/8 × chunk 8192/16384, 5 seeds,
+# paired by seed) on the placement change's pair, where the question is asked
+HEADLINE_BENCH = r"^twin\.TwinHeadline\."
 # the twin on production traffic (Mooncake windows) runs on the placement change's pair only,
 # and at DP 4 only (DP 8: `asv run -b TwinProductionTraceDp8`), to keep the main job's cost
 TRACE_BENCH = r"^twin\.TwinProductionTrace\."
-TRACE_PICKS = ("last early", "first post-kv")
+PAIR_PICKS = ("last early", "first post-kv")  # the placement change's before/after pair
 SERVER_SIM_BENCH = r"^server\.\w*Simulated"
 # the simulated server runs on these of choose_heavy's picks (its start-ups cost ~1 min each)
 SERVER_SIM_PICKS = ("last early", "first post-kv", "newest")
@@ -329,10 +337,11 @@ def bench_command(
         )
         heavy = choose_heavy(selected, placement_labels(results_root, commits))
         served = server_sim_releases(heavy)
-        traced = [h for h in heavy if any(p in h[2] for p in TRACE_PICKS)]
+        pair = [h for h in heavy if any(p in h[2] for p in PAIR_PICKS)]
         for title, regex, picks in (
+            ("twin at the headline settings (paired seeds)", HEADLINE_BENCH, pair),
             ("twin", TWIN_BENCH, heavy),
-            ("twin on production traffic", TRACE_BENCH, traced),
+            ("twin on production traffic", TRACE_BENCH, pair),
             ("simulated-forward server", SERVER_SIM_BENCH, served),
         ):
             if not picks:

@@ -118,6 +118,22 @@ class Change:
             return math.inf if self.verdict in ("better", "worse", "changed") else 0.0
         return abs(self.pct)
 
+    @property
+    def significance(self) -> float:
+        """|change| over its interval's half-width (a paired change's t-like ratio); 0 without
+        an interval."""
+        if self.pct is None or self.lo is None or self.hi is None:
+            return 0.0
+        half = (self.hi - self.lo) / 2
+        return abs(self.pct) / half if half > 0 else math.inf
+
+    @property
+    def basis_rank(self) -> int:
+        """Paired seeds before unpaired bands before single runs."""
+        if self.basis.startswith("paired"):
+            return 0
+        return 1 if self.basis == "bands" else 2
+
 
 def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Change:
     if a is None or b is None:
@@ -215,9 +231,12 @@ def side_at(series: dict[str, Any], index: int) -> Side | None:
     return None
 
 
-def sort_key(row: Row) -> tuple[int, float, str]:
-    """Most significant first: worse, better, changed, then quiet rows; bigger changes first."""
-    return (VERDICT_ORDER[row.verdict], -row.change.size, row.tier + row.metric)
+def sort_key(row: Row) -> tuple[int, int, float, float, str]:
+    """Most significant first: worse, better, changed, then quiet rows; within a verdict, paired
+    changes before unpaired and single-run ones, each by significance (change over its
+    interval), then by size."""
+    c = row.change
+    return (VERDICT_ORDER[row.verdict], c.basis_rank, -c.significance, -c.size, row.tier + row.metric)
 
 
 def compare_commits(
@@ -310,7 +329,7 @@ def summary(
         section: sorted(
             rows.values(), key=lambda r: (r.control, _scenario_sort(r), r.machine, r.env)
         )
-        for section, rows in sorted(out.items())
+        for section, rows in sorted(out.items(), key=lambda kv: metrics.section_rank(kv[0]))
     }
 
 

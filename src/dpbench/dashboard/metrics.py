@@ -140,6 +140,24 @@ def key_metric(name: str) -> str | None:
     return None
 
 
+# The summary's sections, answer first: where the negotiation sits, then the twin at the
+# README's headline settings (paired seeds), then SGLang's real scheduler (simulated forward),
+# then everything else by name. (pattern on the section name, rank); first match wins.
+SECTION_ORDER: tuple[tuple[str, int], ...] = (
+    (r"^placement", 0),
+    (r"TwinHeadline", 1),
+    (r"^server\b.*Simulated", 2),
+    (r"^twin", 3),
+)
+
+
+def section_rank(section: str) -> tuple[int, str]:
+    for pattern, rank in SECTION_ORDER:
+        if re.search(pattern, section):
+            return (rank, section)
+    return (len(SECTION_ORDER), section)
+
+
 # Parameter names that mean the same scenario axis across tiers (server: workload = twin: spec).
 PARAM_ALIASES = {"workload": "spec", "dp": "dp_size", "chunk": "chunked_prefill_size"}
 CONTROL_VALUES = {"off", "false", "0", "none"}

@@ -19,6 +19,7 @@ The returned dict is plain JSON; the site's JavaScript and the terminal comparis
                              "samples": {"i": {"x": [per-seed value|None], "seeds": version}}
                                         (only where asv kept per-seed samples)}]}],
      "problems": [{"path", "reason"}],
+     "section_order": [summary sections, answer first],
      "t975": [Student's t 0.975 quantile for df 1 … 100]}
 
 A value asv or a run file left null/NaN (skipped, not measured) is absent: no point.
@@ -288,6 +289,10 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
         "unknown_directions": unknown,
         "charts": out_charts,
         "problems": problems,
+        # the summary's sections, answer first (metrics.SECTION_ORDER): the pages use this order
+        "section_order": sorted(
+            {c["section"] for c in out_charts if c.get("section")}, key=metrics.section_rank
+        ),
         # Student's t 0.975 quantiles for 1 … 100 degrees of freedom: the pages' paired
         # intervals use the numbers the terminal uses
         "t975": T975,
