@@ -122,6 +122,7 @@ def build_site(
     model["default_pair"] = list(pair) if pair else None
     model["steps"] = steps.detect(model)
     model["fidelity"] = fidelity.pairs(model)
+    model["fidelity_replayed"] = fidelity.replayed(model, loaded.fidelity_reports)
 
     asv_html = Path(asv_html) if asv_html is not None else out.parent / "html"
     asv_index = asv_html / "index.html"

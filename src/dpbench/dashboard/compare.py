@@ -236,7 +236,13 @@ def sort_key(row: Row) -> tuple[int, int, float, float, str]:
     changes before unpaired and single-run ones, each by significance (change over its
     interval), then by size."""
     c = row.change
-    return (VERDICT_ORDER[row.verdict], c.basis_rank, -c.significance, -c.size, row.tier + row.metric)
+    return (
+        VERDICT_ORDER[row.verdict],
+        c.basis_rank,
+        -c.significance,
+        -c.size,
+        row.tier + row.metric,
+    )
 
 
 def compare_commits(

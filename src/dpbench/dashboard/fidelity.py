@@ -8,10 +8,16 @@ on the same scenario (common parameters equal, ``workload`` read as ``spec``, a
 parameter only one tier has at ``default``) on a commit, the two values go side by side,
 with the twin's deviation from the server: in percentage points for a fraction (a
 DP-mixed fraction of 0.02 against 0.01 is +1 point, not +100 %), relative otherwise.
+
+:func:`replayed` reads what ``dpbench server fidelity`` measured: each server run paired
+with the twin replaying that run's own arrivals, over repeated runs, as the README's
+fidelity tables show it (n, mean paired difference, 95 % interval; timing rows over the
+runs whose instrument was healthy).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # Metric names that differ between the tiers for the same quantity: server name → twin name.
@@ -87,4 +93,74 @@ def pairs(model: dict[str, Any]) -> list[dict[str, Any]]:
                             }
                         )
     out.sort(key=lambda p: (p["metric"], sorted(p["scenario"].items())))
+    return out
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def replayed(model: dict[str, Any], reports: list[Any]) -> list[dict[str, Any]]:
+    """One entry per ``dpbench server fidelity`` report: its setting, the commit of its release
+    (by the release history's ``v<version>`` tag; None off the history), and per row the n
+    paired runs, the server and replayed-twin means, and server − replay with its 95 %
+    interval: points for a fraction, % of the replay's mean otherwise."""
+    by_tag = {t: i for i, c in enumerate(model["commits"]) for t in c.get("tags", [])}
+    out = []
+    for rep in reports:
+        inp = rep.data["inputs"]
+        release = str(inp.get("release", ""))
+        rows = []
+        for row in rep.data["rows"]:
+            runs = row.get("server_runs") or []
+            valid = row.get("valid_runs") or [True] * len(runs)
+            reps = row.get("replay_runs") or []
+            pairs = [
+                (a, b)
+                for a, b, ok in zip(runs, reps, valid, strict=False)
+                if ok and _finite(a) is not None and _finite(b) is not None
+            ]
+            diff = _finite(row.get("replay_diff"))
+            lo, hi = (_finite(v) for v in (row.get("replay_ci95") or [None, None]))
+            mean_rep = sum(b for _, b in pairs) / len(pairs) if pairs else None
+            unit = str(row.get("unit", ""))
+            if deviation_unit(unit) == "pts":
+                scale = 100.0
+            else:
+                scale = 100.0 / abs(mean_rep) if mean_rep else None
+            rows.append(
+                {
+                    "metric": row.get("metric", ""),
+                    "unit": unit,
+                    "n": len(pairs),
+                    "excluded": sum(1 for ok in valid if not ok),
+                    "server": sum(a for a, _ in pairs) / len(pairs) if pairs else None,
+                    "replay": mean_rep,
+                    "diff": diff * scale if diff is not None and scale else None,
+                    "lo": lo * scale if lo is not None and scale else None,
+                    "hi": hi * scale if hi is not None and scale else None,
+                    "dev_unit": deviation_unit(unit),
+                }
+            )
+        out.append(
+            {
+                "path": rep.path,
+                "release": release,
+                "commit": by_tag.get(f"v{release}"),
+                "scenario": {
+                    "spec": str(inp.get("spec", "")),
+                    "dp_size": str(inp.get("dp", "")),
+                    "chunked_prefill_size": str(inp.get("chunked_prefill_size", "")),
+                    "delayer": "on" if inp.get("delayer", True) else "off",
+                },
+                "runs": len(rep.data.get("server_results") or []),
+                "broken": [
+                    f"r{i}: {line}"
+                    for i, h in enumerate(rep.data.get("server_health") or [])
+                    for line in h.get("broken", [])
+                ],
+                "rows": rows,
+            }
+        )
+    out.sort(key=lambda r: (sorted(r["scenario"].items()), r["release"]))
     return out

@@ -18,6 +18,9 @@ from dpbench import results as run_results
 
 ASV_RESULTS_API = 2  # asv 0.6's results/<machine>/<commit>-<env>.json (result_columns)
 ASV_SKIP_FILES = {"machine.json", "benchmarks.json"}
+# results/ folders that are not asv machines: dpbench run files, `dpbench server fidelity`'s
+# reports and runs, the simulated server's logs
+NOT_MACHINES = {"runs", "fidelity", "server-logs"}
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,15 @@ class RunFile:
         return None
 
 
+@dataclass(frozen=True)
+class FidelityReport:
+    """One ``dpbench server fidelity`` report (results/fidelity/<setting>.json): the twin
+    replaying each server run's arrivals, paired with those runs."""
+
+    path: str
+    data: dict[str, Any]
+
+
 @dataclass
 class Loaded:
     """Everything read from one results directory."""
@@ -88,6 +100,7 @@ class Loaded:
     asv_runs: list[AsvRun] = field(default_factory=list)
     run_files: list[RunFile] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    fidelity_reports: list[FidelityReport] = field(default_factory=list)
 
 
 def _read_json(path: Path, problems: list[Problem]) -> Any:
@@ -201,7 +214,9 @@ def _load_asv(results: Path, out: Loaded) -> None:
             out.problems.append(
                 Problem(str(bench_path), "not asv's benchmarks.json (expected an object)")
             )
-    for machine_dir in sorted(p for p in results.iterdir() if p.is_dir() and p.name != "runs"):
+    for machine_dir in sorted(
+        p for p in results.iterdir() if p.is_dir() and p.name not in NOT_MACHINES
+    ):
         machine_json = machine_dir / "machine.json"
         files = sorted(p for p in machine_dir.glob("*.json") if p.name not in ASV_SKIP_FILES)
         if not machine_json.exists():
@@ -266,6 +281,26 @@ def _load_runs(results: Path, out: Loaded) -> None:
         out.run_files.append(RunFile(str(path), commit, tier, path.stem, data))
 
 
+def _load_fidelity(results: Path, out: Loaded) -> None:
+    """The reports of ``dpbench server fidelity`` (its server runs and twin results beside
+    them are run results, read by the report, not here)."""
+    where = results / "fidelity"
+    if not where.is_dir():
+        return
+    for path in sorted(where.glob("*.json")):
+        if path.name.endswith(".job.json"):
+            continue
+        data = _read_json(path, out.problems)
+        if not isinstance(data, dict) or "tier" in data:  # unreadable, or a run result
+            continue
+        if not isinstance(data.get("inputs"), dict) or not isinstance(data.get("rows"), list):
+            out.problems.append(
+                Problem(str(path), "not a `dpbench server fidelity` report (no inputs / rows)")
+            )
+            continue
+        out.fidelity_reports.append(FidelityReport(str(path), data))
+
+
 def load_results(results: Path) -> Loaded:
     """Read asv's results (via asv's loader) and the run files under ``results``."""
     out = Loaded()
@@ -276,6 +311,7 @@ def load_results(results: Path) -> Loaded:
         )
     _load_asv(results, out)
     _load_runs(results, out)
+    _load_fidelity(results, out)
     return out
 
 

@@ -28,6 +28,7 @@ A value asv or a run file left null/NaN (skipped, not measured) is absent: no po
 from __future__ import annotations
 
 import ast
+import dataclasses
 import datetime as dt
 import functools
 import math
@@ -121,7 +122,7 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
                     "(run it under asv to place it on the history)",
                 }
             )
-    loaded = Loaded(loaded.benchmarks, loaded.machines, loaded.asv_runs, kept_runs, loaded.problems)
+    loaded = dataclasses.replace(loaded, run_files=kept_runs)
 
     commits = _order_commits(loaded, history)
     index = {c["sha"]: i for i, c in enumerate(commits)}
