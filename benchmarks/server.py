@@ -456,3 +456,23 @@ class SimulatedRooflineServe:
         return self._m("simulated_step_ms_p50")
 
     track_simulated_step_ms_p50.unit = "ms"
+
+    def track_scheduler_ttft_ms_p50(self, cache, spec, dp_size, delayer) -> float:
+        return optional_metric(self.result, "scheduler_ttft_ms_p50")
+
+    track_scheduler_ttft_ms_p50.unit = "ms (first token computed − planned send: the twin's TTFT)"
+
+    def track_first_token_return_ms_p99(self, cache, spec, dp_size, delayer) -> float:
+        return optional_metric(self.result, "first_token_return_ms_p99")
+
+    track_first_token_return_ms_p99.unit = "ms (first token computed → read by the client)"
+
+    def track_rank_tokens_imbalance(self, cache, spec, dp_size, delayer) -> float:
+        return optional_metric(self.result, "rank_tokens_imbalance")
+
+    track_rank_tokens_imbalance.unit = "max/mean over DP ranks"
+
+    def track_rank_idle_while_others_wait_fraction(self, cache, spec, dp_size, delayer) -> float:
+        return optional_metric(self.result, "rank_idle_while_others_wait_fraction")
+
+    track_rank_idle_while_others_wait_fraction.unit = "fraction of working steps"

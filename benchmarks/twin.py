@@ -226,6 +226,16 @@ class TwinHighKV:
 
     track_retractions.unit = "requests"
 
+    def track_rank_tokens_imbalance(self, *p) -> Any:
+        return self._m("rank_tokens_imbalance")
+
+    track_rank_tokens_imbalance.unit = "max/mean over DP ranks"
+
+    def track_rank_idle_while_others_wait_fraction(self, *p) -> Any:
+        return self._m("rank_idle_while_others_wait_fraction")
+
+    track_rank_idle_while_others_wait_fraction.unit = "fraction of working steps"
+
 
 HEADLINE_SPEC = "long-prompt-burst"
 # the whole spec: four bursts of 256 × 8k-token prompts, the pool at ~100 % for minutes, where

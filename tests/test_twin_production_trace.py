@@ -64,3 +64,15 @@ def test_each_rank_hits_what_the_trace_lets_it_hit(release_env, tmp_path):
     assert offered < trace_reuse[0] / trace_reuse[1] - 0.02
     assert hit["ca"] > hit["rr"] + 0.01
     assert ca["extra"]["config"]["dispatch"] == "cache_aware"
+    # rank balance (dpbench.balance): round robin splits requests evenly whatever their
+    # length; the router trades request counts for cache hits. Per-rank totals add up.
+    for r in (rr, ca):
+        table = r["extra"]["rank_balance"]
+        assert sum(x["requests"] for x in table) == len(reqs)
+        assert all(x["tokens"] > 0 and x["busy_s"] > 0 for x in table)
+        tokens = [x["tokens"] for x in table]
+        assert r["metrics"]["rank_tokens_imbalance"]["value"] == pytest.approx(
+            max(tokens) / (sum(tokens) / 2)
+        )
+        assert 0 <= r["metrics"]["rank_idle_while_others_wait_fraction"]["value"] < 1
+    assert rr["metrics"]["dispatch_imbalance"]["value"] == 1.0

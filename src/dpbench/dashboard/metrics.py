@@ -71,6 +71,12 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
         "none",
         "how many steps/requests a run had, by kind: the workload's size, descriptive",
     ),
+    (r"imbalance$", "lower", "max / mean over DP ranks: 1 is perfect balance"),
+    (
+        r"idle_while_others_wait",
+        "lower",
+        "a rank ran nothing while another rank's requests waited: capacity left unused",
+    ),
     (r"^prefix_reuse", "none", "the prefix reuse the traffic offered: descriptive"),
     (r"prefix_hit", "higher", "prompt tokens served from the radix cache"),
     (r"ttft_error|error_ms", "lower", "the load client's timing error"),

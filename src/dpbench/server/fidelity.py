@@ -106,6 +106,16 @@ ROWS: tuple[tuple[str, str, str, str, str | None], ...] = (
     ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s", "client"),
     # SGLang's meta_info.cached_tokens on the server; the twin's first-admission matches
     ("prefix-cache hit rate", "prefix_hit_rate", "prefix_hit_rate", "fraction", None),
+    # rank balance (dpbench.balance): the same definitions on both sides
+    ("rank tokens max/mean", "rank_tokens_imbalance", "rank_tokens_imbalance", "ratio", None),
+    ("rank busy time max/mean", "rank_busy_imbalance", "rank_busy_imbalance", "ratio", None),
+    (
+        "steps a rank idled while another's requests waited",
+        "rank_idle_while_others_wait_fraction",
+        "rank_idle_while_others_wait_fraction",
+        "fraction",
+        None,
+    ),
 )
 
 

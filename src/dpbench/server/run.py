@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -570,17 +571,22 @@ def execute(
     if opts.simulate_forward:
         from dpbench.server.steps import (
             StepRecordError,
+            rank_balance_of,
             read_arrivals,
             read_first_tokens,
             read_idle_passes,
             read_records,
+            read_step_waiting,
             scheduler_latency,
             since,
+            since_index,
             summarise,
         )
 
         try:
-            records = since(read_records(step_dir(opts, run_dir), cfg.dp_size), t_load)
+            all_records = read_records(step_dir(opts, run_dir), cfg.dp_size)
+            first_step = since_index(all_records, t_load)
+            records = since(all_records, t_load)
             step_metrics, table = summarise(records)
         except StepRecordError as exc:
             if died is None and cfg.nnodes == 1:
@@ -612,6 +618,15 @@ def execute(
         metrics.update(scheduler_latency(first, planned, received))
         # when each request reached its scheduler and which DP rank: the twin can replay these
         extra["scheduler_arrivals"] = arrivals
+        if "steps" in extra:  # rank balance (dpbench.balance): the twin's definitions
+            waiting = read_step_waiting(step_dir(opts, run_dir), cfg.dp_size)
+            if waiting is not None and first_step is not None:
+                waiting = [w[first_step:] for w in waiting]
+            given = Counter(rank for _, rank in arrivals.values())
+            balance, extra["rank_balance"] = rank_balance_of(
+                records, waiting, [given.get(r, 0) for r in range(cfg.dp_size)]
+            )
+            metrics.update(balance)
         extra["step_records_dir"] = str(step_dir(opts, run_dir))
     if died is not None:
         extra["incomplete"] = f"server process died during the run: {died}"

@@ -69,14 +69,64 @@ def read_records(record_dir: str | Path, dp_size: int) -> list[list[dict[str, An
     return out
 
 
-def since(records: list[list[dict[str, Any]]], t0: float) -> list[list[dict[str, Any]]]:
-    """The steps from the first one any rank started at or after monotonic time ``t0``."""
-    first = min(
+def since_index(records: list[list[dict[str, Any]]], t0: float) -> int | None:
+    """Index of the first step any rank started at or after monotonic time ``t0`` (None: none)."""
+    return min(
         (i for rows in records for i, rec in enumerate(rows) if rec["t"] >= t0), default=None
     )
+
+
+def since(records: list[list[dict[str, Any]]], t0: float) -> list[list[dict[str, Any]]]:
+    """The steps from the first one any rank started at or after monotonic time ``t0``."""
+    first = since_index(records, t0)
     if first is None:
         return [[] for _ in records]
     return [rows[first:] for rows in records]
+
+
+def read_step_waiting(record_dir: str | Path, dp_size: int) -> list[list[int]] | None:
+    """Per rank, per step record: the requests waiting when the pass that chose that step's
+    forward began (``passes-rank<N>.jsonl``, its forward-running passes line up one to one
+    with ``rank<N>.jsonl``). None when a rank has no pass records."""
+    out = []
+    for r in range(dp_size):
+        path = Path(record_dir) / f"passes-rank{r}.jsonl"
+        if not path.is_file():
+            return None
+        out.append([int(p["waiting"]) for p in _jsonl(path) if p["kind"] != "none"])
+    return out
+
+
+def rank_balance_of(
+    records: list[list[dict[str, Any]]],
+    waiting: list[list[int]] | None,
+    requests: list[int] | None,
+) -> tuple[dict[str, Metric], list[dict[str, Any]]]:
+    """:func:`dpbench.balance.rank_balance` from the server's step records (already cut to the
+    run), ``waiting`` cut the same way (absent: no idle-while-waiting metric)."""
+    from dpbench.balance import rank_balance
+
+    n = min(len(r) for r in records)
+    rows = [r[:n] for r in records]
+    busy = np.array([[rec["kind"] != "idle" for rec in r] for r in rows])
+    tokens = np.array(
+        [
+            [
+                rec["extend_tokens"]
+                if rec["kind"] == "extend"
+                else rec["bs"]
+                if rec["kind"] == "decode"
+                else 0
+                for rec in r
+            ]
+            for r in rows
+        ]
+    )
+    step_s = np.array([[rec["model_s"] for rec in r] for r in rows]).max(axis=0)
+    wait = None
+    if waiting is not None and all(len(w) >= n for w in waiting):
+        wait = np.array([w[:n] for w in waiting])
+    return rank_balance(busy, tokens, step_s, wait, requests)
 
 
 def _start(rec: dict[str, Any]) -> float:

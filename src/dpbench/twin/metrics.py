@@ -29,6 +29,9 @@ Definitions (simulated time unless the name says wall):
   p50 over all (rank, step) samples, max over all. ``kv_pool_occupied_*``: (pool − free)
   / pool, evictable entries included: what the simulated server's per-step records read
   (``total − allocator.available_size()``). With the radix cache off the two agree.
+- Rank balance (:mod:`dpbench.balance`, the server's definitions too): tokens and busy time
+  per rank, dispatch (requests per rank) as max / mean, and the fraction of working steps
+  in which a rank ran nothing while another rank had requests waiting.
 - ``scheduler_pass_us_p50``: real wall time of one rank's scheduler pass (SGLang's
   adder and delayer, the delayer's gloo all-gather included), median over all passes;
   ``passes_per_s``: lockstep steps per wall second of the loop.
@@ -42,11 +45,12 @@ from typing import Any
 
 import numpy as np
 
+from dpbench.balance import rank_balance
 from dpbench.latency import RequestLatency, latency_metrics
 from dpbench.outcomes import delay_fractions
 from dpbench.results import Metric
 from dpbench.twin.ranks import RankResult
-from dpbench.twin.scheduler import KIND_DECODE, KIND_EXTEND
+from dpbench.twin.scheduler import KIND_DECODE, KIND_EXTEND, KIND_IDLE
 
 STEP_KINDS = ("extend", "decode", "mixed", "idle")
 
@@ -183,6 +187,17 @@ def compute(
         ),
     }
     extra: dict[str, Any] = {"step_kinds": STEP_KINDS}
+    step_s = next((r.step_dur_s for r in results if r.step_dur_s is not None), None)
+    if step_s is not None:  # rank balance: dpbench.balance, the server's definitions
+        waiting = [r.waiting for r in results]
+        balance, extra["rank_balance"] = rank_balance(
+            np.stack([r.kind != KIND_IDLE for r in results]),
+            np.stack([r.new_tokens for r in results]),
+            step_s,
+            np.stack(waiting) if all(w is not None for w in waiting) else None,
+            [len(r.requests) for r in results],
+        )
+        m.update(balance)
     if delayer_on:
         fr = false_reports(results)
         mixed = steps == 2
