@@ -290,6 +290,80 @@ class TwinHeadline(TwinHighKV):
     track_requests_finished_count.unit = "requests per run (of 1,024)"
 
 
+CAPACITY_SPEC = "long-context-chat"  # gamma arrivals: a load with an SLO edge (bursts have none)
+CAPACITY_REQUESTS = 300
+CAPACITY_SEEDS = (0, 1, 2)
+# the SLO the search holds: 95 % of requests with TTFT ≤ 5 s and TPOT ≤ 250 ms (DeepSeek-V3 on
+# H200s by the cost model: a 100 ms TPOT is missed by the mixed steps' stretch at any load)
+CAPACITY_SLO = {"slo_ttft_ms": 5000.0, "slo_tpot_ms": 250.0}
+CAPACITY_ATTAINMENT = 0.95
+CAPACITY_RANGE = (1 / 16, 4.0, 4)  # lo, hi (× the spec's rate), bisection halvings
+
+
+class TwinCapacity:
+    """Capacity at SLO (dpbench.twin.capacity): the highest offered rate, as a multiple of
+    long-context-chat's, at which 95 % of 300 requests meet TTFT ≤ 5 s and TPOT ≤ 250 ms, by
+    bisection over the twin at DP 4 and 8, per seed (paired between commits); and what the
+    search cost in wall time. The main job runs it on the placement change's pair."""
+
+    params: ClassVar[list[list[int]]] = [[4, 8]]
+    param_names: ClassVar[list[str]] = ["dp_size"]
+    timeout = 3600
+    version = "twin-capacity-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        import time
+
+        from dpbench.twin.capacity import capacity_release
+        from dpbench.twin.sweep import arm_base_config
+
+        try:
+            require_sglang(TWIN_COMPONENTS)
+        except NotImplementedError as exc:
+            return {"skip": str(exc)}
+        lo, hi, steps = CAPACITY_RANGE
+
+        def one(dp: int) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            found = capacity_release(
+                CAPACITY_SPEC,
+                seeds=list(CAPACITY_SEEDS),
+                dps=[dp],
+                chunks=[8192],
+                requests=CAPACITY_REQUESTS,
+                base=arm_base_config(CAPACITY_SLO),
+                attainment=CAPACITY_ATTAINMENT,
+                lo=lo,
+                hi=hi,
+                steps=steps,
+            )
+            return {"rows": found["rows"], "wall_s": time.perf_counter() - t0}
+
+        return cache_settings((str(dp), lambda dp=dp: one(dp)) for dp in self.params[0])
+
+    setup_cache.timeout = 7200
+
+    def setup(self, cache, dp_size) -> None:
+        self.found = cached(cache, str(dp_size))
+
+    def track_capacity_at_slo(self, cache, dp_size) -> Any:
+        caps = [r["capacity"] for r in self.found["rows"] if r["bound"] == "bracket"]
+        if len(caps) != len(self.found["rows"]):  # an edge outside the range: not a number
+            raise ValueError(
+                f"capacity outside the searched range for seeds "
+                f"{[r['seed'] for r in self.found['rows'] if r['bound'] != 'bracket']}: "
+                f"{[r['bound'] for r in self.found['rows']]}; widen CAPACITY_RANGE"
+            )
+        return {"samples": caps, "number": 1}
+
+    track_capacity_at_slo.unit = "× long-context-chat's rate (95 % within TTFT 5 s, TPOT 250 ms)"
+
+    def track_capacity_search_wall_s(self, cache, dp_size) -> float:
+        return self.found["wall_s"]
+
+    track_capacity_search_wall_s.unit = "s (wall, 3 seeds × 6 runs, one release)"
+
+
 FidelityDp = Literal[2, 4]
 
 

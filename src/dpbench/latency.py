@@ -12,7 +12,8 @@ SGLang ``bench_serving``'s meanings, per completed request:
 Each is reported as ``<name>_ms_{mean,p50,p90,p99}`` (numpy's linear percentiles); a
 distribution with no values is absent, never 0. **Goodput** is the completed requests per
 second that met both SLOs (TTFT ≤ ``Slo.ttft_ms`` and TPOT ≤ ``Slo.tpot_ms``; a one-token
-request has no TPOT and meets that part).
+request has no TPOT and meets that part); **SLO attainment** is the fraction of completed
+requests that met both.
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ def latency_metrics(
     distribution("itl", [x for r in done for x in r.itl_s], m)
     distribution("tpot", [t for r in done if (t := r.tpot_s) is not None], m)
     distribution("e2e", [r.e2e_s for r in done if r.e2e_s is not None], m)
+    met = sum(slo.met(r) for r in done)
     if duration_s > 0:
-        m["goodput_requests_per_s"] = Metric(
-            sum(slo.met(r) for r in done) / duration_s, "requests/s", "higher"
-        )
+        m["goodput_requests_per_s"] = Metric(met / duration_s, "requests/s", "higher")
+    if done:
+        m["slo_attainment"] = Metric(met / len(done), "fraction of completed requests", "higher")
     return m

@@ -72,6 +72,8 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
         "how many steps/requests a run had, by kind: the workload's size, descriptive",
     ),
     (r"imbalance$", "lower", "max / mean over DP ranks: 1 is perfect balance"),
+    (r"capacity_search_wall", "lower", "what the capacity search cost: a duration"),
+    (r"capacity_at_slo|slo_attainment", "higher", "load served within the SLO"),
     (
         r"idle_while_others_wait",
         "lower",

@@ -426,3 +426,8 @@ def sweep(
             },
         )
         err.print(f"saved {output}")
+
+
+from dpbench.twin.capacity_cli import capacity as _capacity  # noqa: E402  (a module of its own)
+
+app.command(name="capacity")(_capacity)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from dpbench.latency import Slo
+
 Dispatch = Literal["round_robin", "shortest_queue", "cache_aware"]
 DISPATCHES: tuple[str, ...] = get_args(Dispatch)
 CostTopology = Literal["per-rank-gpu", "physical"]
@@ -191,6 +193,15 @@ class TwinConfig:
             "at its trace time through the dispatch policy"
         },
     )
+    rate_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "offered load as a multiple of the spec's (or trace's) rate: every arrival "
+            "time divided by this (2: twice as fast); the load axis of sweeps and the capacity "
+            "search"
+        },
+    )
+    slo: Slo = field(default_factory=Slo, metadata={"prefix": "slo_"})
     idle_pass_s: float | None = field(
         default=None,
         metadata={
@@ -249,6 +260,13 @@ class TwinConfig:
             )
         if self.dispatch not in DISPATCHES:
             raise TwinConfigError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
+        if not (isinstance(self.rate_scale, int | float) and 0 < self.rate_scale <= 1000):
+            raise TwinConfigError(f"rate_scale must be in (0, 1000], got {self.rate_scale!r}")
+        if self.replay_arrivals is not None and self.rate_scale != 1.0:
+            raise TwinConfigError(
+                "rate_scale must be 1 when replaying a server run's arrivals (they are that "
+                f"run's own times), got {self.rate_scale}"
+            )
         if self.idle_pass_s is not None and not 0 < self.idle_pass_s <= 1.0:
             raise TwinConfigError(
                 f"idle_pass_s must be in (0, 1] seconds or None, got {self.idle_pass_s!r}"

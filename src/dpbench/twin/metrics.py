@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from dpbench.balance import rank_balance
-from dpbench.latency import RequestLatency, latency_metrics
+from dpbench.latency import RequestLatency, Slo, latency_metrics
 from dpbench.outcomes import delay_fractions
 from dpbench.results import Metric
 from dpbench.twin.ranks import RankResult
@@ -101,7 +101,7 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 
 def compute(
-    results: Sequence[RankResult], *, delayer_on: bool
+    results: Sequence[RankResult], *, delayer_on: bool, slo: Slo | None = None
 ) -> tuple[dict[str, Metric], dict[str, Any]]:
     """Metrics for the run result, and the detail tables for its ``extra``."""
     steps = classify_steps(results)
@@ -139,6 +139,7 @@ def compute(
             if not np.isnan(q[3])
         ),
         span if span > 0 else 0.0,
+        slo or Slo(),
     )
     beside_s, decode_s = decode_rank_seconds(results, steps)
     m: dict[str, Metric] = {

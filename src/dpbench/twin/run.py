@@ -169,7 +169,8 @@ def run_twin(
         if config.replay_arrivals
         else None
     )
-    at = {r.id: (given[r.id][0] if given else r.arrival_s) for r in trace}
+    # the load axis: every trace arrival rate_scale times sooner (1: the spec's own rate)
+    at = {r.id: (given[r.id][0] if given else r.arrival_s / config.rate_scale) for r in trace}
     order = sorted(range(len(trace)), key=lambda i: (at[trace[i].id], i))
     ordered = [trace[i] for i in order]
     arrivals = Arrivals(
@@ -211,7 +212,9 @@ def run_twin(
         if on_progress
         else None,
     )
-    metrics, extra = compute(results, delayer_on=config.scheduler.enable_prefill_delayer)
+    metrics, extra = compute(
+        results, delayer_on=config.scheduler.enable_prefill_delayer, slo=config.slo
+    )
     hits, hit_rows = prefix_hits(results, ordered)
     metrics.update(hits)
     extra.update(hit_rows)

@@ -1,0 +1,240 @@
+"""`dpbench twin capacity`: capacity at SLO per release, over seeds, and paired between releases.
+
+Each arm (a release, optionally with modes, as in ``twin sweep``) runs
+:mod:`dpbench.twin.capacity` in its own environment; the same seeds go through every arm.
+Per (DP size, chunk size): each arm's capacity (the offered rate, as a multiple of the
+spec's, at which the SLO attainment still held) as a mean over seeds with its 95 % t
+interval, and each later arm against the first, paired by seed. A seed whose capacity lies
+outside the searched range is counted, not averaged in.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from dpbench.latency import Slo
+from dpbench.twin.job import arm_overrides
+
+
+def _arm(arm: str, job: dict[str, Any], out: Path, timeout: float, on_progress: Any) -> dict:
+    from dpbench.atomic import write_json
+    from dpbench.envs import run_in_env
+    from dpbench.schema import to_dict
+    from dpbench.twin.sweep import arm_base_config
+
+    version, modes = arm_overrides(arm)
+    job_path = out.with_suffix(".job.json")
+    write_json(job_path, {**job, "config": to_dict(arm_base_config({**modes, **job["config"]}))})
+
+    def line(text: str) -> None:
+        try:
+            event = json.loads(text)
+        except json.JSONDecodeError:
+            return
+        if event.get("event") == "progress":
+            on_progress(arm, event["done"])
+
+    proc = run_in_env(
+        version, "dpbench.twin.capacity", [str(job_path), "-o", str(out)], timeout=timeout,
+        on_line=line,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"capacity arm {arm} exited with status {proc.returncode}:\n{proc.stderr[-3000:]}"
+        )
+    return json.loads(out.read_text())
+
+
+def summarise(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (DP, chunk) and arm: capacities over seeds (mean, 95 % t interval, how many seeds lay
+    outside the range), and each later arm − the first, paired by seed."""
+    from dpbench.twin.stats import paired, t_quantile_975
+
+    names = list(arms)
+    by: dict[tuple[int, int], dict[str, dict[int, dict[str, Any]]]] = {}
+    for name, res in arms.items():
+        for r in res["rows"]:
+            by.setdefault((r["dp"], r["chunked_prefill_size"]), {}).setdefault(name, {})[
+                r["seed"]
+            ] = r
+    out = []
+    for (dp, chunk), per_arm in sorted(by.items()):
+        row: dict[str, Any] = {"dp": dp, "chunked_prefill_size": chunk, "arms": {}, "paired": {}}
+        for name in names:
+            seeds = per_arm.get(name, {})
+            caps = np.array(
+                [r["capacity"] for r in seeds.values() if r["bound"] == "bracket"], dtype=float
+            )
+            n = caps.size
+            half = (
+                t_quantile_975(n - 1) * float(caps.std(ddof=1)) / np.sqrt(n)
+                if n >= 2
+                else float("nan")
+            )
+            row["arms"][name] = {
+                "n": n,
+                "mean": float(caps.mean()) if n else float("nan"),
+                "ci95": [float(caps.mean()) - half, float(caps.mean()) + half]
+                if n >= 2
+                else [float("nan")] * 2,
+                "below": sum(r["bound"] == "below" for r in seeds.values()),
+                "above": sum(r["bound"] == "above" for r in seeds.values()),
+            }
+        first = per_arm.get(names[0], {})
+        for name in names[1:]:
+            other = per_arm.get(name, {})
+            common = sorted(
+                s
+                for s in set(first) & set(other)
+                if first[s]["bound"] == other[s]["bound"] == "bracket"
+            )
+            p = paired(
+                [first[s]["capacity"] for s in common], [other[s]["capacity"] for s in common]
+            )
+            row["paired"][name] = p.as_dict()
+        out.append(row)
+    return out
+
+
+def _fmt_arm(a: dict[str, Any]) -> str:
+    if not a["n"]:
+        text = "—"
+    elif a["n"] == 1:
+        text = f"{a['mean']:.3g}"
+    else:
+        text = f"{a['mean']:.3g} [{a['ci95'][0]:.3g}, {a['ci95'][1]:.3g}]"
+    if a["below"] or a["above"]:
+        text += f" ({a['below']} below range, {a['above']} above)"
+    return text
+
+
+def capacity(
+    spec: Annotated[str, typer.Argument(help="workload spec: a shipped name or a YAML path")],
+    sglang: Annotated[
+        list[str],
+        typer.Option(help="an arm: a release, optionally with modes after ':' (as twin sweep)"),
+    ],
+    seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 3,
+    dp: Annotated[list[int] | None, typer.Option(help="DP sizes (repeatable; default 4)")] = None,
+    chunked_prefill_size: Annotated[
+        list[int] | None,
+        typer.Option(help="global --chunked-prefill-size values (repeatable; default 8192)"),
+    ] = None,
+    requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
+    attainment: Annotated[
+        float, typer.Option(help="the SLO attainment that must hold (fraction of requests)")
+    ] = 0.99,
+    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT SLO, ms")] = Slo().ttft_ms,
+    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT SLO, ms")] = Slo().tpot_ms,
+    lo: Annotated[float, typer.Option(help="lowest rate searched (× the spec's)")] = 1 / 64,
+    hi: Annotated[float, typer.Option(help="highest rate searched (× the spec's)")] = 4.0,
+    steps: Annotated[int, typer.Option(help="bisection halvings after the two ends")] = 6,
+    jobs: Annotated[int, typer.Option(help="arms run at once (one process each)")] = 2,
+    timeout: Annotated[float, typer.Option(help="wall-clock limit per arm, seconds")] = 7200.0,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="write arms and rows as JSON")
+    ] = None,
+) -> None:
+    """Capacity at SLO: the highest offered rate (× the spec's) whose SLO attainment holds, by
+    bisection over the twin, per release over seeds, paired between releases."""
+    from rich.table import Table
+
+    from dpbench.atomic import write_json
+    from dpbench.progress import console, progress
+
+    err = console()
+    for arm in sglang:
+        try:
+            arm_overrides(arm)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--sglang") from None
+    problems = [
+        (not 0 < attainment <= 1, "--attainment", f"must be in (0, 1], got {attainment}"),
+        (not 0 < lo < hi, "--lo/--hi", f"need 0 < lo < hi, got {lo} and {hi}"),
+        (steps < 0, "--steps", f"must be ≥ 0, got {steps}"),
+        (seeds < 1, "--seeds", f"must be ≥ 1, got {seeds}"),
+    ]
+    for bad, hint, why in problems:
+        if bad:
+            raise typer.BadParameter(why, param_hint=hint)
+    try:
+        Slo(ttft_ms=ttft_slo_ms, tpot_ms=tpot_slo_ms)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--ttft-slo-ms/--tpot-slo-ms") from None
+    dps, chunks = dp or [4], chunked_prefill_size or [8192]
+    job = {
+        "spec": spec,
+        "seeds": list(range(seeds)),
+        "dps": dps,
+        "chunks": chunks,
+        "requests": requests,
+        "attainment": attainment,
+        "lo": lo,
+        "hi": hi,
+        "steps": steps,
+        "config": {"slo_ttft_ms": ttft_slo_ms, "slo_tpot_ms": tpot_slo_ms},
+    }
+    per_arm = len(dps) * len(chunks) * seeds * (steps + 2)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, progress() as bar:
+        tasks = {a: bar.add_task(f"capacity {spec} · {a}", total=per_arm) for a in sglang}
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {
+                a: pool.submit(
+                    _arm,
+                    a,
+                    job,
+                    Path(tmp) / f"arm{i}.json",
+                    timeout,
+                    lambda arm, done: bar.update(tasks[arm], completed=done),
+                )
+                for i, a in enumerate(sglang)
+            }
+            try:
+                arms = {a: f.result() for a, f in futures.items()}
+            except RuntimeError as exc:
+                err.print(f"[red]capacity search failed:[/] {exc}")
+                raise typer.Exit(1) from None
+    wall = time.perf_counter() - t0
+    rows = summarise(arms)
+    table = Table(
+        title=f"capacity at SLO ({attainment:.0%} of requests with TTFT ≤ {ttft_slo_ms:g} ms and "
+        f"TPOT ≤ {tpot_slo_ms:g} ms): offered rate × the spec's, mean over seeds [95 % CI]"
+    )
+    for col in ("DP", "chunk", *sglang, *(f"{b} − {sglang[0]} (paired)" for b in sglang[1:])):
+        table.add_column(col, justify="right")
+    for r in rows:
+        cells = [str(r["dp"]), str(r["chunked_prefill_size"])]
+        cells += [_fmt_arm(r["arms"][a]) for a in sglang]
+        for b in sglang[1:]:
+            p = r["paired"][b]
+            cells.append(
+                f"{p['mean_diff']:+.3g} [{p['ci95_low']:+.3g}, {p['ci95_high']:+.3g}] (n={p['n']})"
+                if p["n"] >= 2
+                else f"n={p['n']}"
+            )
+        table.add_row(*cells)
+    from rich.console import Console
+
+    Console().print(table)
+    for a, res in arms.items():  # the curve each search walked: rate → attainment
+        for r in res["rows"]:
+            pts = ", ".join(
+                f"×{p['rate_scale']:.3g}: {p['slo_attainment']:.1%}"
+                for p in sorted(r["points"], key=lambda p: p["rate_scale"])
+            )
+            err.print(f"{a} dp {r['dp']} chunk {r['chunked_prefill_size']} seed {r['seed']}: {pts}")
+    err.print(
+        f"{len(sglang)} arms × {len(dps) * len(chunks)} settings × {seeds} seeds in {wall:.0f} s"
+    )
+    if output is not None:
+        write_json(output, {"spec": spec, "arms": arms, "rows": rows, "wall_s": wall})
+        err.print(f"saved {output}")
