@@ -243,6 +243,7 @@ def _sweep_arm(
     out: Path,
     timeout: float,
     on_progress: Any,
+    rates: list[float] | None = None,
 ) -> dict[str, Any]:
     """One arm of a sweep (``VERSION`` or ``VERSION:ablation``) in its release environment."""
     from dpbench.envs import run_in_env
@@ -257,6 +258,7 @@ def _sweep_arm(
         chunks=chunks,
         requests=requests,
         base=arm_base_config(modes),
+        rates=rates,
     )
     args = [str(job), "-o", str(out)]
 
@@ -282,8 +284,16 @@ def paired_table(rows: list[dict[str, Any]], a: str, b: str, metrics: tuple[str,
     table = Table(
         title=f"paired over seeds: {b} − {a} (mean, 95 % t interval); * = interval excludes 0"
     )
-    for col in ("DP", "chunk", "metric", a, b, "B − A", "95 % CI", "rel", "multi-modal"):
+    rated = len({r.get("rate_scale", 1.0) for r in rows}) > 1
+    cols = ("DP", "chunk", *(("rate ×",) if rated else ()), "metric", a, b, "B − A", "95 % CI")
+    for col in (*cols, "rel", "multi-modal"):
         table.add_column(col, justify="right" if col not in ("metric",) else "left")
+    if rated:  # a metric's rows over the load axis together: its curve against the rate
+        order = {m: i for i, m in enumerate(metrics)}
+        rows = sorted(
+            (r for r in rows if r["metric"] in order),
+            key=lambda r: (r["dp"], r["chunked_prefill_size"], order[r["metric"]], r["rate_scale"]),
+        )
     for r in rows:
         if r["metric"] not in metrics:
             continue
@@ -292,6 +302,7 @@ def paired_table(rows: list[dict[str, Any]], a: str, b: str, metrics: tuple[str,
         table.add_row(
             str(r["dp"]),
             str(r["chunked_prefill_size"]),
+            *((f"{r.get('rate_scale', 1.0):g}",) if rated else ()),
             r["metric"],
             f"{r['mean_a']:.4g}",
             f"{r['mean_b']:.4g}",
@@ -312,6 +323,9 @@ SWEEP_TABLE_METRICS = (
     "delayer_delay_count",
     "ttft_ms_p50",
     "ttft_ms_p99",
+    "tpot_ms_p99",
+    "goodput_requests_per_s",
+    "slo_attainment",
     "request_throughput_req_per_s",
 )
 
@@ -334,6 +348,13 @@ def sweep(
     chunked_prefill_size: Annotated[
         list[int] | None,
         typer.Option(help="global --chunked-prefill-size values (repeatable; default 8192)"),
+    ] = None,
+    rate_scale: Annotated[
+        list[float] | None,
+        typer.Option(
+            help="offered rates as multiples of the spec's (repeatable: a load axis; the table "
+            "then has a row per rate, the curve of each metric against load)"
+        ),
     ] = None,
     requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
     jobs: Annotated[int, typer.Option(help="arms run at once (one process each)")] = 2,
@@ -368,13 +389,15 @@ def sweep(
         )
     dps = dp or [4]
     chunks = chunked_prefill_size or [8192]
+    rates = rate_scale or [1.0]
+    for r in rates:
+        if not 0 < r <= 1000:
+            raise typer.BadParameter(f"must be in (0, 1000], got {r}", param_hint="--rate-scale")
     seed_list = list(range(seeds))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, progress() as bar:
-        tasks = {
-            arm: bar.add_task(f"sweep {spec} · {arm}", total=len(dps) * len(chunks) * seeds)
-            for arm in sglang
-        }
+        per_arm = len(dps) * len(chunks) * len(rates) * seeds
+        tasks = {arm: bar.add_task(f"sweep {spec} · {arm}", total=per_arm) for arm in sglang}
 
         def on_progress(arm: str, done: int, total: int) -> None:
             bar.update(tasks[arm], completed=done, total=total)
@@ -392,6 +415,7 @@ def sweep(
                     Path(tmp) / f"arm{i}.json",
                     timeout,
                     on_progress,
+                    rates,
                 )
                 for i, arm in enumerate(sglang)
             }
@@ -412,7 +436,8 @@ def sweep(
         names = tuple(sorted({r["metric"] for r in rows})) if all_metrics else SWEEP_TABLE_METRICS
         out_console.print(paired_table(rows, base, other, names))
     err.print(
-        f"{len(sglang)} arms × {len(dps) * len(chunks)} settings × {seeds} seeds in {wall:.0f} s wall"
+        f"{len(sglang)} arms × {len(dps) * len(chunks) * len(rates)} settings × {seeds} seeds "
+        f"in {wall:.0f} s wall"
     )
     if output is not None:
         write_json(

@@ -49,37 +49,40 @@ def sweep_release(
     requests: int | None,
     base: TwinConfig | None = None,
     on_run: Any = None,
+    rates: list[float] | None = None,
 ) -> dict[str, Any]:
     from dpbench.twin.run import run_twin
 
     base = base or arm_base_config()
+    rates = rates or [base.rate_scale]
     runs = []
     info: dict[str, Any] | None = None
-    for dp in dps:
-        for chunk in chunks:
-            config = replace(base, dp_size=dp, chunked_prefill_size=chunk)
-            for seed in seeds:
-                t0 = time.perf_counter()
-                result = run_twin(spec, config, seed=seed, num_requests=requests)
-                info = info or {
-                    "sglang": result["sglang"],
-                    "placement": result["placement"],
-                    "scheduler_defaults": {},
+    grid = [(dp, chunk, rate) for dp in dps for chunk in chunks for rate in rates]
+    for dp, chunk, rate in grid:
+        config = replace(base, dp_size=dp, chunked_prefill_size=chunk, rate_scale=rate)
+        for seed in seeds:
+            t0 = time.perf_counter()
+            result = run_twin(spec, config, seed=seed, num_requests=requests)
+            info = info or {
+                "sglang": result["sglang"],
+                "placement": result["placement"],
+                "scheduler_defaults": {},
+            }
+            info["scheduler_defaults"][f"dp{dp}-chunk{chunk}"] = result["extra"][
+                "scheduler_defaults"
+            ]
+            runs.append(
+                {
+                    "dp": dp,
+                    "chunked_prefill_size": chunk,
+                    "rate_scale": rate,
+                    "seed": seed,
+                    "metrics": {k: v["value"] for k, v in result["metrics"].items()},
+                    "wall_s": time.perf_counter() - t0,
                 }
-                info["scheduler_defaults"][f"dp{dp}-chunk{chunk}"] = result["extra"][
-                    "scheduler_defaults"
-                ]
-                runs.append(
-                    {
-                        "dp": dp,
-                        "chunked_prefill_size": chunk,
-                        "seed": seed,
-                        "metrics": {k: v["value"] for k, v in result["metrics"].items()},
-                        "wall_s": time.perf_counter() - t0,
-                    }
-                )
-                if on_run is not None:
-                    on_run(len(runs), len(dps) * len(chunks) * len(seeds))
+            )
+            if on_run is not None:
+                on_run(len(runs), len(grid) * len(seeds))
     return {
         **(info or {}),
         "grid": {
@@ -87,6 +90,7 @@ def sweep_release(
             "seeds": seeds,
             "dp": dps,
             "chunked_prefill_size": chunks,
+            "rate_scale": rates,
             "requests": requests,
             "config": to_dict(base),  # the arm's TwinConfig; the grid sets dp_size and chunk size
         },
@@ -97,10 +101,11 @@ def sweep_release(
 def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows per (DP, chunk, metric): B − A over the paired seeds, and each side's modality."""
 
-    def index(side: dict[str, Any]) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
-        out: dict[tuple[int, int], dict[int, dict[str, float]]] = {}
+    def index(side: dict[str, Any]) -> dict[tuple[int, int, float], dict[int, dict[str, float]]]:
+        out: dict[tuple[int, int, float], dict[int, dict[str, float]]] = {}
         for r in side["runs"]:
-            out.setdefault((r["dp"], r["chunked_prefill_size"]), {})[r["seed"]] = r["metrics"]
+            key = (r["dp"], r["chunked_prefill_size"], r.get("rate_scale", 1.0))
+            out.setdefault(key, {})[r["seed"]] = r["metrics"]
         return out
 
     ia, ib = index(a), index(b)
@@ -118,6 +123,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
                 {
                     "dp": key[0],
                     "chunked_prefill_size": key[1],
+                    "rate_scale": key[2],
                     "metric": name,
                     **p.as_dict(),
                     "bimodality_a": bimodality(va),
@@ -129,7 +135,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-SWEEP_JOB_KEYS = ("spec", "seeds", "dps", "chunks", "requests", "config")
+SWEEP_JOB_KEYS = ("spec", "seeds", "dps", "chunks", "rates", "requests", "config")
 
 
 def write_sweep_job(
@@ -141,13 +147,13 @@ def write_sweep_job(
     chunks: list[int],
     requests: int | None,
     base: TwinConfig,
+    rates: list[float] | None = None,
 ) -> Path:
     """The arm process's job file: the grid and the arm's config (the schema, as JSON)."""
     from dpbench.atomic import write_json
 
-    job = dict(
-        zip(SWEEP_JOB_KEYS, (spec, seeds, dps, chunks, requests, to_dict(base)), strict=True)
-    )
+    values = (spec, seeds, dps, chunks, rates or [base.rate_scale], requests, to_dict(base))
+    job = dict(zip(SWEEP_JOB_KEYS, values, strict=True))
     write_json(path, job)
     return path
 
@@ -192,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         requests=job["requests"],
         base=job["config"],
         on_run=emit,
+        rates=job["rates"],
     )
     write_json(Path(args.output), out)
     return 0
