@@ -81,3 +81,85 @@ def test_the_fidelity_page_shows_the_paired_table(results, tmp_path):
     assert mixed[1] == "0.5.23 (not on this history)" and mixed[3] == "3"
     assert mixed[6].endswith(" pts [-0.9, +0.9]")
     assert by_metric["TTFT p50"][6].startswith("+0.2 %")
+
+
+@pytest.mark.browser
+def test_the_compare_page_draws_latency_against_load_a_line_per_commit_with_the_slo(
+    tmp_path, monkeypatch
+):
+    """SYNTHETIC values, written by asv's own Results API as `asv run --record-samples` writes
+    them: twin.TwinLoad's TTFT/TPOT p99 at four rates on two commits."""
+    import datetime
+
+    from asv import util
+    from asv.machine import Machine
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    from dpbench.dashboard import browser
+    from dpbench.dashboard.build import build_site
+    from dpbench.twin.capacity import BENCH_SLO
+
+    try:
+        browser.chromium_path()
+    except browser.BrowserUnavailable as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setattr(Machine, "hardcoded_machine_name", "box")
+    results = tmp_path / "results"
+    rates = ["0.25", "0.5", "1.0", "2.0"]
+    names = {
+        "ttft_ms_p99": [900.0, 1500.0, 4000.0, 20000.0],
+        "tpot_ms_p99": [90.0, 120.0, 200.0, 400.0],
+    }
+    benchmarks = {"version": 2}
+    for metric in names:
+        benchmarks[f"twin.TwinLoad.track_{metric}"] = {
+            "name": f"twin.TwinLoad.track_{metric}", "type": "track", "unit": "ms (simulated)",
+            "param_names": ["rate_scale"], "params": [rates], "version": "twin-load-1",
+        }  # fmt: skip
+    results.mkdir()
+    (results / "benchmarks.json").write_text(json.dumps(benchmarks))
+    now = datetime.datetime.now(datetime.UTC)
+    for i, (sha, scale) in enumerate((("a" * 40, 1.0), ("b" * 40, 0.8))):
+        res = Results({"machine": "box"}, {}, sha, 1_700_000_000_000 + i, "3.11", "env", {})
+        for metric, values in names.items():
+            samples = [[v * scale * f for f in (0.95, 1.0, 1.05)] for v in values]
+            out = BenchmarkResult(
+                result=[True] * 4, samples=samples, number=[1] * 4, errcode=0, stderr="",
+                profile=None,
+            )  # fmt: skip
+            res.add_result(
+                benchmarks[f"twin.TwinLoad.track_{metric}"], out, started_at=now, duration=1.0,
+                record_samples=True,
+            )  # fmt: skip
+        res.save(str(results))
+    info = {"machine": "box", "arch": "x86_64", "cpu": "", "num_cpu": "2", "os": "", "ram": ""}
+    util.write_json(str(results / "box" / "machine.json"), info, api_version=Machine.api_version)
+    index = build_site(results, tmp_path / "site")
+    with browser.chromium() as chromium:
+        ctx = chromium.new_context()
+        page = ctx.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((index.parent / "compare.html").resolve().as_uri())
+        page.wait_for_selector("body[data-ready='1']", state="attached")
+        plots = page.eval_on_selector_all(
+            "#load-plots .plot",
+            """els => els.map(el => ({metric: el.dataset.metric,
+                traces: el.data.map(t => ({name: t.name, x: t.x, y: t.y})),
+                slo: el.layout.shapes.map(s => s.y0),
+                lines: el.querySelectorAll('.scatterlayer .trace').length}))""",
+        )
+        ctx.close()
+    assert errors == []
+    by = {p["metric"]: p for p in plots}
+    assert set(by) == {"ttft_ms_p99", "tpot_ms_p99"}
+    for metric, values in names.items():
+        p = by[metric]
+        assert len(p["traces"]) == 2 and p["lines"] == 2  # one drawn line per commit
+        assert [t["name"].split(" = ")[0] for t in p["traces"]] == ["A", "B"]
+        assert p["traces"][0]["x"] == [0.25, 0.5, 1.0, 2.0]
+        assert p["traces"][0]["y"] == pytest.approx(values)  # asv's median of the seeds
+        assert p["traces"][1]["y"] == pytest.approx([v * 0.8 for v in values])
+    assert by["ttft_ms_p99"]["slo"] == [BENCH_SLO["slo_ttft_ms"]]
+    assert by["tpot_ms_p99"]["slo"] == [BENCH_SLO["slo_tpot_ms"]]

@@ -67,8 +67,65 @@
       height: Math.max(200, 24 * plotted.length + 80), margin: {l: 420, r: 20, t: 10, b: 40},
       xaxis: {title: {text: "change B vs A (%)"}, zeroline: true}, yaxis: {automargin: true, autorange: "reversed"},
     }, {displaylogo: false, responsive: true});
+    drawLoad(ia, ib);
     history.replaceState(null, "", "#a=" + (a ? a.sha : "") + "&b=" + (b ? b.sha : ""));
     document.body.dataset.rows = String(rows.length);
+  }
+
+  // Latency against offered load: for every chart of TTFT p99 / TPOT p99 with a rate_scale
+  // parameter, one plot per scenario (the other parameters, machine, env): a line per commit
+  // (A, B) over the rates, the seeds' band as error bars, the load benchmarks' SLO drawn.
+  const LOAD_METRICS = ["ttft_ms_p99", "tpot_ms_p99"];
+  function drawLoad(ia, ib) {
+    const root = document.getElementById("load-plots");
+    root.textContent = "";
+    const slo = data.load_slo || {};
+    let n = 0;
+    for (const chart of data.charts) {
+      const axis = (chart.axes || []).indexOf("rate_scale");
+      if (axis < 0 || !LOAD_METRICS.includes(chart.metric)) continue;
+      const groups = {};
+      for (const s of chart.series) {
+        const rest = Object.entries(s.scenario).filter(([k]) => k !== "rate_scale");
+        const key = [s.machine, s.env, DP.scenarioText(Object.fromEntries(rest))].join(" / ");
+        (groups[key] = groups[key] || []).push(s);
+      }
+      for (const [key, series] of Object.entries(groups)) {
+        const traces = [];
+        for (const [label, idx] of [["A", ia], ["B", ib]]) {
+          const pts = [];
+          for (const s of series) {
+            const v = DP.valueAt(s, idx);
+            if (v) pts.push([Number(s.scenario.rate_scale), v]);
+          }
+          if (!pts.length) continue;
+          pts.sort((p, q) => p[0] - q[0]);
+          traces.push({
+            type: "scatter", mode: "lines+markers", name: DP.esc(label + " = " + commits[idx].label),
+            x: pts.map(p => p[0]), y: pts.map(p => p[1].value),
+            error_y: {type: "data", symmetric: false, visible: true,
+                      array: pts.map(p => (p[1].hi != null ? p[1].hi - p[1].value : 0)),
+                      arrayminus: pts.map(p => (p[1].lo != null ? p[1].value - p[1].lo : 0))},
+          });
+        }
+        if (!traces.length) continue;
+        const id = "load-plot-" + n++;
+        const card = DP.el("div", {"class": "load-card"});
+        card.appendChild(DP.el("h3", {}, chart.title + " · " + key));
+        card.appendChild(DP.el("div", {"id": id, "class": "plot", "data-metric": chart.metric}));
+        root.appendChild(card);
+        const shapes = slo[chart.metric] != null ? [{type: "line", xref: "paper", x0: 0, x1: 1,
+          y0: slo[chart.metric], y1: slo[chart.metric], line: {color: "#d62728", dash: "dash"}}] : [];
+        const annotations = slo[chart.metric] != null ? [{xref: "paper", x: 1, y: slo[chart.metric],
+          text: "SLO " + DP.fmt(slo[chart.metric]) + " ms", showarrow: false, yanchor: "bottom", xanchor: "right"}] : [];
+        Plotly.react(id, traces, {
+          height: 320, margin: {l: 70, r: 20, t: 10, b: 50}, shapes: shapes, annotations: annotations,
+          xaxis: {title: {text: "offered rate (× the spec's)"}, type: "log"},
+          yaxis: {title: {text: DP.esc(chart.unit)}, rangemode: "tozero"},
+        }, {displaylogo: false, responsive: true});
+      }
+    }
+    document.getElementById("load-empty").style.display = n ? "none" : "";
   }
 
   DP.onLoad(function () {

@@ -47,10 +47,10 @@ from dpbench.procs import alive, descendants
 # workload benchmarks measure dpbench itself, not SGLang, so they need one commit only:
 # `asv run --config asv.releases.json -b workloads HEAD^!`.
 PLACEMENT_BENCH = r"^placement\."
-TWIN_BENCH = r"^twin\.(?!TwinProductionTrace|TwinHeadline|TwinCapacity)"
+TWIN_BENCH = r"^twin\.(?!TwinProductionTrace|TwinHeadline|TwinCapacity|TwinLoad)"
 # the README's headline settings (full long-prompt-burst, DP 4/8 × chunk 8192/16384, 5 seeds,
 # paired by seed) on the placement change's pair, where the question is asked
-HEADLINE_BENCH = r"^twin\.(TwinHeadline|TwinCapacity)\."
+HEADLINE_BENCH = r"^twin\.(TwinHeadline|TwinCapacity|TwinLoad)\."
 # the twin on production traffic (Mooncake windows) runs on the placement change's pair only,
 # and at DP 4 only (DP 8: `asv run -b TwinProductionTraceDp8`), to keep the main job's cost
 TRACE_BENCH = r"^twin\.TwinProductionTrace\."
@@ -339,7 +339,7 @@ def bench_command(
         served = server_sim_releases(heavy)
         pair = [h for h in heavy if any(p in h[2] for p in PAIR_PICKS)]
         for title, regex, picks in (
-            ("twin at the headline settings and capacity at SLO", HEADLINE_BENCH, pair),
+            ("twin at the headline settings, against load, capacity at SLO", HEADLINE_BENCH, pair),
             ("twin", TWIN_BENCH, heavy),
             ("twin on production traffic", TRACE_BENCH, pair),
             ("simulated-forward server", SERVER_SIM_BENCH, served),

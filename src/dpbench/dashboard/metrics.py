@@ -136,6 +136,9 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("ttft_p50", "TTFT p50", r"^ttft(_ms|_s)?_p50"),
     ("ttft_p99", "TTFT p99", r"^ttft(_ms|_s)?_p99"),
     ("throughput", "throughput", r"request_throughput|^req_per_s|^requests_per_s"),
+    ("tpot_p99", "TPOT p99", r"^tpot(_ms|_s)?_p99"),
+    ("goodput", "goodput", r"^goodput"),
+    ("capacity", "capacity at SLO", r"^capacity_at_slo"),
 )
 _KEY_COMPILED = tuple((k, h, re.compile(p)) for k, h, p in KEY_METRICS)
 
