@@ -6,14 +6,24 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+from chromium_page import open_page
 
 from dpbench.dashboard import fidelity, loaders
 from dpbench.dashboard.model import build_model
 from dpbench.paths import project_root
 
 REPORT = project_root() / "docs" / "fidelity" / "long-prompt-burst-dp2-chunk8192-sglang0.5.23.json"
+
+
+def _evaluate(page_path: Path, selector: str, script: str) -> list:
+    """Run ``script`` on ``selector``'s elements of a built page in Chromium; no page error."""
+    with open_page(page_path) as (page, errors):
+        got = page.eval_on_selector_all(selector, script)
+    assert errors == []
+    return got
 
 
 @pytest.fixture
@@ -55,27 +65,14 @@ def test_reports_are_read_and_their_paired_rows_kept(results):
 
 @pytest.mark.browser
 def test_the_fidelity_page_shows_the_paired_table(results, tmp_path):
-    from dpbench.dashboard import browser
     from dpbench.dashboard.build import build_site
 
-    try:
-        browser.chromium_path()
-    except browser.BrowserUnavailable as exc:
-        pytest.skip(str(exc))
     index = build_site(results, tmp_path / "site")
-    with browser.chromium() as chromium:
-        ctx = chromium.new_context()
-        page = ctx.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto((index.parent / "fidelity.html").resolve().as_uri())
-        page.wait_for_selector("body[data-ready='1']", state="attached")
-        rows = page.eval_on_selector_all(
-            "#fidelity-replayed tbody tr[data-metric]",
-            "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))",
-        )
-        ctx.close()
-    assert errors == []
+    rows = _evaluate(
+        index.parent / "fidelity.html",
+        "#fidelity-replayed tbody tr[data-metric]",
+        "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))",
+    )
     by_metric = {r[2].split(" (")[0]: r for r in rows}
     mixed = by_metric["DP-mixed step fraction"]
     assert mixed[1] == "0.5.23 (not on this history)" and mixed[3] == "3"
@@ -96,14 +93,9 @@ def test_the_compare_page_draws_latency_against_load_a_line_per_commit_with_the_
     from asv.results import Results
     from asv.runner import BenchmarkResult
 
-    from dpbench.dashboard import browser
     from dpbench.dashboard.build import build_site
     from dpbench.twin.capacity import BENCH_SLO
 
-    try:
-        browser.chromium_path()
-    except browser.BrowserUnavailable as exc:
-        pytest.skip(str(exc))
     monkeypatch.setattr(Machine, "hardcoded_machine_name", "box")
     results = tmp_path / "results"
     rates = ["0.25", "0.5", "1.0", "2.0"]
@@ -136,22 +128,14 @@ def test_the_compare_page_draws_latency_against_load_a_line_per_commit_with_the_
     info = {"machine": "box", "arch": "x86_64", "cpu": "", "num_cpu": "2", "os": "", "ram": ""}
     util.write_json(str(results / "box" / "machine.json"), info, api_version=Machine.api_version)
     index = build_site(results, tmp_path / "site")
-    with browser.chromium() as chromium:
-        ctx = chromium.new_context()
-        page = ctx.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto((index.parent / "compare.html").resolve().as_uri())
-        page.wait_for_selector("body[data-ready='1']", state="attached")
-        plots = page.eval_on_selector_all(
-            "#load-plots .plot",
-            """els => els.map(el => ({metric: el.dataset.metric,
-                traces: el.data.map(t => ({name: t.name, x: t.x, y: t.y})),
-                slo: el.layout.shapes.map(s => s.y0),
-                lines: el.querySelectorAll('.scatterlayer .trace').length}))""",
-        )
-        ctx.close()
-    assert errors == []
+    plots = _evaluate(
+        index.parent / "compare.html",
+        "#load-plots .plot",
+        """els => els.map(el => ({metric: el.dataset.metric,
+            traces: el.data.map(t => ({name: t.name, x: t.x, y: t.y})),
+            slo: el.layout.shapes.map(s => s.y0),
+            lines: el.querySelectorAll('.scatterlayer .trace').length}))""",
+    )
     by = {p["metric"]: p for p in plots}
     assert set(by) == {"ttft_ms_p99", "tpot_ms_p99"}
     for metric, values in names.items():

@@ -5,8 +5,10 @@ runs, instrument health. The cases are hand-built sides, not results."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from chromium_page import open_page
 
 from dpbench.dashboard.compare import Side, change_of, compare_commits
 from dpbench.dashboard.model import T975
@@ -59,6 +61,14 @@ CASES = [
 ]
 
 
+def _rules_page(tmp_path) -> Path:
+    """A blank page with the dashboard's shared script (its DP object) and nothing else."""
+    js = (project_root() / "dashboard" / "assets" / "dashboard.js").read_text()
+    page_path = tmp_path / "rules.html"
+    page_path.write_text(f"<!doctype html><html><body><script>{js}</script></body></html>")
+    return page_path
+
+
 def _js_side(s: Side) -> dict:
     return {
         "value": s.value,
@@ -70,15 +80,7 @@ def _js_side(s: Side) -> dict:
 
 
 def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
-    from dpbench.dashboard import browser
-
-    try:
-        browser.chromium_path()
-    except browser.BrowserUnavailable as exc:
-        pytest.skip(str(exc))
-    js = (project_root() / "dashboard" / "assets" / "dashboard.js").read_text()
-    page_path = tmp_path / "rules.html"
-    page_path.write_text(f"<!doctype html><html><body><script>{js}</script></body></html>")
+    page_path = _rules_page(tmp_path)
     # each case as a one-series chart on two commits; the page compares commit 0 with 1
     charts = []
     for n, (a, b, better, tier) in enumerate(CASES):
@@ -101,17 +103,11 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
             }
         )
     data = {"charts": charts, "t975": T975}
-    with browser.chromium() as chromium:
-        ctx = chromium.new_context()
-        page = ctx.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(page_path.resolve().as_uri())
+    with open_page(page_path, wait_ready=False) as (page, errors):
         got = page.evaluate(
             "data => DP.compareCommits(data, 0, 1).map(r => [r.series.params[0], r.change])",
             json.loads(json.dumps(data)),
         )
-        ctx.close()
     assert errors == []
     # the same order: verdict, then paired before unpaired before single runs, by significance
     want_order = [r.params[0] for r in compare_commits(data, 0, 1)]
@@ -134,14 +130,9 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
 def test_the_pages_open_the_summary_with_the_answer_as_the_terminal_does(tmp_path):
     """Sections in the model's answer-first order on both sides: placement, the twin at the
     headline settings, the real scheduler (simulated forward), then the rest by name."""
-    from dpbench.dashboard import browser
     from dpbench.dashboard.compare import summary
     from dpbench.dashboard.metrics import section_rank
 
-    try:
-        browser.chromium_path()
-    except browser.BrowserUnavailable as exc:
-        pytest.skip(str(exc))
     sections = ["workloads", "twin · TwinHighKV", "server · SimulatedRooflineServe", "placement"]
     sections += ["twin · TwinHeadline"]
     charts = [
@@ -166,15 +157,9 @@ def test_the_pages_open_the_summary_with_the_answer_as_the_terminal_does(tmp_pat
         for sec in sections
     ]
     data = {"charts": charts, "t975": T975, "section_order": sorted(sections, key=section_rank)}
-    js = (project_root() / "dashboard" / "assets" / "dashboard.js").read_text()
-    page_path = tmp_path / "rules.html"
-    page_path.write_text(f"<!doctype html><html><body><script>{js}</script></body></html>")
-    with browser.chromium() as chromium:
-        ctx = chromium.new_context()
-        page = ctx.new_page()
-        page.goto(page_path.resolve().as_uri())
+    with open_page(_rules_page(tmp_path), wait_ready=False) as (page, errors):
         got = page.evaluate("data => Object.keys(DP.summary(data, 0, 1))", data)
-        ctx.close()
+    assert errors == []
     want = list(summary(data, 0, 1))
     assert got == want
     assert want[:3] == ["placement", "twin · TwinHeadline", "server · SimulatedRooflineServe"]

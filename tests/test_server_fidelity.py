@@ -97,7 +97,7 @@ def test_every_input_but_the_repeat_count_names_the_run_files():
     base = Inputs(spec="long-prompt-burst", dp=4, release="0.5.16", chunked_prefill_size=8192)
     changed = {
         "spec": "agentic-multiturn", "dp": 8, "release": "0.5.17", "chunked_prefill_size": 4096,
-        "delayer": False, "serial_forward": True, "repeats": 3,
+        "delayer": False, "serial_forward": True, "repeats": 3, "dispatch": "cache_aware",
     }  # fmt: skip
     assert set(changed) == {f.name for f in dataclasses.fields(Inputs)}  # a new field: add it
     for name, value in changed.items():

@@ -53,3 +53,28 @@ def test_the_server_and_the_replayed_twin_agree_on_a_mooncake_window(release, tm
     assert hit["server_runs"][0] <= offered + 1e-9
     per_rank = server["extra"]["prefix_hits_by_rank"]
     assert len(per_rank) == 2 and all(r["cached_tokens"] > 0 for r in per_rank)
+
+
+def test_cache_aware_routing_in_front_of_the_real_server(tmp_path):
+    """The load client routes each request as SGLang's router does (routed_dp_rank): SGLang's
+    DP controller sends every request where it was routed, the twin replaying the run agrees
+    on the scheduling and the hit rate, and keeping conversations together on one rank's cache
+    hits at least what round robin hits on this window (8.1 % at DP 2, docs/workloads.md)."""
+    from dpbench import results
+    from dpbench.server import fidelity
+
+    inp = fidelity.Inputs(
+        spec=SPEC, dp=2, release="0.5.23", chunked_prefill_size=8192, dispatch="cache_aware"
+    )
+    report = fidelity.run(inp, out_dir=tmp_path)
+    assert "cache-aware" in report["server_results"][0]
+    server = results.load(report["server_results"][0])
+    assert server["extra"]["dispatch"] == "cache_aware"
+    routed = server["extra"]["routed_dp_ranks"]
+    arrived = server["extra"]["scheduler_arrivals"]
+    assert len(routed) == 48 and {rid: rank for rid, (_, rank) in arrived.items()} == routed
+    rows = {r["metric"]: r for r in report["rows"]}
+    assert abs(rows["DP-mixed step fraction"]["replay_diff"]) <= 0.02
+    hit = rows["prefix-cache hit rate"]
+    assert hit["server_runs"][0] == pytest.approx(hit["replay_runs"][0], abs=0.005)
+    assert hit["server_runs"][0] >= 0.08

@@ -22,6 +22,8 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
+from dpbench.sglang_compat.server import ROUTED_DP_RANK_FIELD
+
 try:  # 3-5x faster on the cumulative chunks; optional
     import orjson
 
@@ -57,9 +59,11 @@ class GenerateRequest:
     input_ids: Sequence[int]
     max_new_tokens: int
     ignore_eos: bool = True
+    # a DP rank chosen in front of the server (a router), past its DP controller's balancing
+    routed_dp_rank: int | None = None
 
     def payload(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "rid": self.id,
             "input_ids": list(self.input_ids),
             "sampling_params": {
@@ -69,6 +73,9 @@ class GenerateRequest:
             },
             "stream": True,
         }
+        if self.routed_dp_rank is not None:
+            body[ROUTED_DP_RANK_FIELD] = self.routed_dp_rank
+        return body
 
 
 @dataclass(slots=True)

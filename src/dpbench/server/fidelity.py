@@ -43,7 +43,7 @@ from dpbench import results
 from dpbench.paths import project_root, results_dir
 from dpbench.schema import metadata_of, to_dict
 from dpbench.server.health import Health, check
-from dpbench.server.run import RunOptions
+from dpbench.server.run import RunOptions, ServerDispatch
 from dpbench.twin.stats import paired
 
 # (row label, server metric, twin metric, unit, the instrument scope its server value needs
@@ -167,6 +167,13 @@ class Inputs:
             "stem": lambda v: None,  # each repeat has its own file: -server-r<i>
         },
     )
+    dispatch: ServerDispatch = field(
+        default="round_robin",
+        metadata={
+            **metadata_of(RunOptions, "dispatch"),
+            "stem": lambda v: None if v == "round_robin" else v.replace("_", "-"),
+        },
+    )
     serial_forward: bool = field(
         default=False,
         metadata={
@@ -180,6 +187,10 @@ class Inputs:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         if self.dp < 2:
             raise ValueError(f"dp must be ≥ 2 (DP attention), got {self.dp}")
+        from dpbench.server.run import DISPATCHES
+
+        if self.dispatch not in DISPATCHES:
+            raise ValueError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
 
 
 def _value(result: dict[str, Any], name: str) -> float:
@@ -205,6 +216,7 @@ def twin_config(
         "tp_size": inp.dp,
         "chunked_prefill_size": inp.chunked_prefill_size,
         "enable_prefill_delayer": inp.delayer,
+        "dispatch": inp.dispatch,
         "rank_mode": "threads",
         "record_timeline": timeline,
     }
@@ -259,6 +271,7 @@ def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
         sglang=inp.release,
         chunked_prefill_size=inp.chunked_prefill_size,
         serial_forward=inp.serial_forward,
+        dispatch=inp.dispatch,
         log_dir=str(log_dir),
     )
     result = execute(prepare(opts))

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from dpbench.paths import results_dir, workloads_dir
 from dpbench.procs import free_port_with, group_members
@@ -56,6 +56,11 @@ class RunIncomplete(ServerRunError):
 
 class RunOptionsError(ServerRunError, ValueError):
     """Run options that contradict each other."""
+
+
+# round_robin: SGLang's DP controller; cache_aware: the load client routes (SGLang's router)
+ServerDispatch = Literal["round_robin", "cache_aware"]
+DISPATCHES: tuple[str, ...] = get_args(ServerDispatch)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +193,15 @@ class RunOptions:
             "flag": "--sglang",
         },
     )
+    dispatch: ServerDispatch = field(
+        default="round_robin",
+        metadata={
+            "help": "how requests reach the DP ranks: round_robin (SGLang's DP controller, its "
+            "default) or cache_aware (the load client routes as SGLang's router does, longest "
+            "cached prefix unless loads are imbalanced, and sends each request's rank as "
+            "routed_dp_rank)"
+        },
+    )
     calibration: str | None = field(
         default=None, metadata={"help": "kernel calibration file for the cost model"}
     )
@@ -212,6 +226,8 @@ class RunOptions:
             )
         if self.serial_forward and not self.simulate_forward:
             raise RunOptionsError("--serial-forward needs --simulate-forward")
+        if self.dispatch not in DISPATCHES:
+            raise RunOptionsError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
 
 
 @dataclass
@@ -227,6 +243,8 @@ class Prepared:
     kv_plan: dict[str, Any] | None
     notes: list[str]
     python: str = sys.executable
+    # cache-aware dispatch: each request's prompt as the router compares it (block keys, sizes)
+    route_keys: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] | None = None
 
 
 def _schedule_for(spec: Any, trace: list[Any], time_scale: float = 1.0) -> Schedule:
@@ -234,6 +252,40 @@ def _schedule_for(spec: Any, trace: list[Any], time_scale: float = 1.0) -> Sched
     if getattr(arrival, "process", None) == "closed_loop":
         return Schedule.closed_loop(int(arrival.concurrency))
     return Schedule.from_arrivals([r.arrival_s * time_scale for r in trace])
+
+
+def routed_requests(
+    route_keys: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] | None, dp_size: int
+) -> Any:
+    """The load client's request function: SGLang's own dispatch (``route_keys`` None), or
+    cache-aware routing in front of the server (:class:`dpbench.twin.router.CacheAwareRouter`,
+    the twin's router): at each send, the rank whose routed prompts share the longest
+    prefix unless the in-flight loads are imbalanced, sent as ``routed_dp_rank``."""
+    import dataclasses as dc
+
+    from dpbench.server.client import sglang_generate
+
+    if route_keys is None:
+        return sglang_generate
+    from dpbench.twin.router import CacheAwareRouter
+
+    router = CacheAwareRouter(dp_size)
+    in_flight = [0] * dp_size
+    decisions: dict[str, int] = {}
+
+    async def routed(session: Any, base_url: str, request: GenerateRequest) -> RequestOutcome:
+        rank = router.route(*route_keys[request.id], in_flight)
+        decisions[request.id] = rank
+        in_flight[rank] += 1
+        try:
+            return await sglang_generate(
+                session, base_url, dc.replace(request, routed_dp_rank=rank)
+            )
+        finally:
+            in_flight[rank] -= 1
+
+    routed.decisions = decisions  # type: ignore[attr-defined]  # the run result keeps them
+    return routed
 
 
 def release_python(version: str) -> str:
@@ -337,6 +389,12 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         GenerateRequest(r.id, r.token_ids(model.vocab_size), r.max_new_tokens, r.ignore_eos)
         for r in trace
     ]
+    route_keys = None
+    if opts.dispatch == "cache_aware":
+        from dpbench.twin.router import prefix_keys
+
+        route_keys = {r.id: prefix_keys(r, model.vocab_size) for r in trace}
+        notes.append("cache-aware dispatch: the load client routes each request (routed_dp_rank)")
     return Prepared(
         opts,
         spec,
@@ -349,6 +407,7 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         plan_info,
         notes,
         python,
+        route_keys,
     )
 
 
@@ -529,6 +588,7 @@ def execute(
     load = None
     before = after = None
     t_load = time.monotonic()
+    request_func = routed_requests(prep.route_keys, cfg.dp_size)
     with ServerProcess(prep.command, base_url=base_url, log_path=log, env=env) as server:
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
         before = scrape(base_url)
@@ -540,6 +600,7 @@ def execute(
                     prep.schedule,
                     base_url=base_url,
                     on_done=on_done,
+                    request_func=request_func,
                     read_timeout_s=opts.client_read_timeout_s,
                 )
             )
@@ -557,8 +618,11 @@ def execute(
         "slo": asdict(opts.slo),
         "requests_per_dp_rank": per_rank_counts(load.outcomes),
         "prefix_hits_by_rank": prefix_hits_by_rank(load.outcomes),
+        "dispatch": prep.options.dispatch,
         "server_log": str(log),
     }
+    if hasattr(request_func, "decisions"):  # the rank the load client routed each request to
+        extra["routed_dp_ranks"] = dict(request_func.decisions)
     if prep.spec.trace is not None:  # what the import kept, cut and dropped (window = seed)
         from dpbench.workload.trace import import_spec_trace
 

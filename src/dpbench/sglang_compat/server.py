@@ -358,3 +358,11 @@ def bench_serving_module(python: str | Path, *, timeout: float = 60) -> str:
 def help_digest(flags: ServerFlags) -> str:
     """A short, stable digest of the accepted flag names (for run records)."""
     return hashlib.sha256("\n".join(sorted(flags.flags)).encode()).hexdigest()[:16]
+
+
+# The /generate request field that routes a request to one DP rank past the DP controller's
+# own balancing (what SGLang's router sends in front of a DP server): GenerateReqInput's
+# ``routed_dp_rank`` in 0.5.16, 0.5.17 and 0.5.23 (read off io_struct.py and
+# DataParallelController.maybe_external_dp_rank_routing of each; 0.5.23 also accepts the
+# deprecated ``data_parallel_rank`` and maps it onto ``routed_dp_rank``).
+ROUTED_DP_RANK_FIELD = "routed_dp_rank"

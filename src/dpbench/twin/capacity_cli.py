@@ -10,10 +10,8 @@ outside the searched range is counted, not averaged in.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,31 +24,23 @@ from dpbench.twin.job import arm_overrides
 
 def _arm(arm: str, job: dict[str, Any], out: Path, timeout: float, on_progress: Any) -> dict:
     from dpbench.atomic import write_json
-    from dpbench.envs import run_in_env
     from dpbench.schema import to_dict
+    from dpbench.twin.arms import run_arm_module
     from dpbench.twin.sweep import arm_base_config
 
     version, modes = arm_overrides(arm)
     job_path = out.with_suffix(".job.json")
     write_json(job_path, {**job, "config": to_dict(arm_base_config({**modes, **job["config"]}))})
-
-    def line(text: str) -> None:
-        try:
-            event = json.loads(text)
-        except json.JSONDecodeError:
-            return
-        if event.get("event") == "progress":
-            on_progress(arm, event["done"])
-
-    proc = run_in_env(
-        version, "dpbench.twin.capacity", [str(job_path), "-o", str(out)], timeout=timeout,
-        on_line=line,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"capacity arm {arm} exited with status {proc.returncode}:\n{proc.stderr[-3000:]}"
-        )
-    return json.loads(out.read_text())
+    return run_arm_module(
+        arm,
+        version,
+        "dpbench.twin.capacity",
+        job_path,
+        out,
+        timeout=timeout,
+        on_progress=lambda a, e: on_progress(a, e["done"]),
+        what="capacity",
+    )
 
 
 def summarise(arms: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -149,6 +139,7 @@ def capacity(
 
     from dpbench.atomic import write_json
     from dpbench.progress import console, progress
+    from dpbench.twin.arms import run_arms
 
     err = console()
     for arm in sglang:
@@ -186,23 +177,18 @@ def capacity(
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, progress() as bar:
         tasks = {a: bar.add_task(f"capacity {spec} · {a}", total=per_arm) for a in sglang}
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {
-                a: pool.submit(
-                    _arm,
-                    a,
-                    job,
-                    Path(tmp) / f"arm{i}.json",
-                    timeout,
-                    lambda arm, done: bar.update(tasks[arm], completed=done),
-                )
-                for i, a in enumerate(sglang)
-            }
-            try:
-                arms = {a: f.result() for a, f in futures.items()}
-            except RuntimeError as exc:
-                err.print(f"[red]capacity search failed:[/] {exc}")
-                raise typer.Exit(1) from None
+        arms = run_arms(
+            sglang,
+            jobs,
+            lambda i, a: _arm(
+                a,
+                job,
+                Path(tmp) / f"arm{i}.json",
+                timeout,
+                lambda arm, done: bar.update(tasks[arm], completed=done),
+            ),
+            "capacity search",
+        )
     wall = time.perf_counter() - t0
     rows = summarise(arms)
     table = Table(

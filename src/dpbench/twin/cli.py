@@ -246,7 +246,7 @@ def _sweep_arm(
     rates: list[float] | None = None,
 ) -> dict[str, Any]:
     """One arm of a sweep (``VERSION`` or ``VERSION:ablation``) in its release environment."""
-    from dpbench.envs import run_in_env
+    from dpbench.twin.arms import run_arm_module
     from dpbench.twin.sweep import arm_base_config, write_sweep_job
 
     version, modes = arm_overrides(arm)
@@ -260,22 +260,16 @@ def _sweep_arm(
         base=arm_base_config(modes),
         rates=rates,
     )
-    args = [str(job), "-o", str(out)]
-
-    def line(text: str) -> None:
-        try:
-            event = json.loads(text)
-        except json.JSONDecodeError:
-            return
-        if event.get("event") == "progress":
-            on_progress(arm, event["done"], event["total"])
-
-    proc = run_in_env(version, "dpbench.twin.sweep", args, timeout=timeout, on_line=line)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"sweep arm {arm} exited with status {proc.returncode}:\n{proc.stderr[-3000:]}"
-        )
-    return json.loads(out.read_text())
+    return run_arm_module(
+        arm,
+        version,
+        "dpbench.twin.sweep",
+        job,
+        out,
+        timeout=timeout,
+        on_progress=lambda a, e: on_progress(a, e["done"], e["total"]),
+        what="sweep",
+    )
 
 
 def paired_table(rows: list[dict[str, Any]], a: str, b: str, metrics: tuple[str, ...]) -> Any:
@@ -367,10 +361,9 @@ def sweep(
     ] = False,
 ) -> None:
     """Same seeds through each arm (in-process ranks); paired differences with 95 % intervals."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from dpbench.atomic import write_json
     from dpbench.progress import console, progress
+    from dpbench.twin.arms import run_arms
     from dpbench.twin.sweep import compare
 
     err = console()
@@ -402,28 +395,23 @@ def sweep(
         def on_progress(arm: str, done: int, total: int) -> None:
             bar.update(tasks[arm], completed=done, total=total)
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {
-                arm: pool.submit(
-                    _sweep_arm,
-                    arm,
-                    spec,
-                    seed_list,
-                    dps,
-                    chunks,
-                    requests,
-                    Path(tmp) / f"arm{i}.json",
-                    timeout,
-                    on_progress,
-                    rates,
-                )
-                for i, arm in enumerate(sglang)
-            }
-            try:
-                arms = {arm: f.result() for arm, f in futures.items()}
-            except RuntimeError as exc:
-                err.print(f"[red]sweep failed:[/] {exc}")
-                raise typer.Exit(1) from None
+        arms = run_arms(
+            sglang,
+            jobs,
+            lambda i, arm: _sweep_arm(
+                arm,
+                spec,
+                seed_list,
+                dps,
+                chunks,
+                requests,
+                Path(tmp) / f"arm{i}.json",
+                timeout,
+                on_progress,
+                rates,
+            ),
+            "sweep",
+        )
     wall = time.perf_counter() - t0
     base = sglang[0]
     from rich.console import Console
