@@ -18,6 +18,7 @@ def _result(**metrics):
 
 HEALTHY = {
     "device_idle_fraction": 0.002,
+    "cpu_pressure_fraction": 0.05,
     "first_token_return_ms_p99": 4.0,
     "client_loop_lag_ms_p99": 11.0,
     "client_send_lateness_ms_p99": 3.0,
@@ -33,11 +34,15 @@ def test_a_healthy_run_is_valid_for_every_timing():
 def test_device_idle_spoils_every_timing_a_slow_return_only_the_clients():
     late = check(_result(**{**HEALTHY, "device_idle_fraction": 0.09}))
     assert not late.valid_for("scheduling") and not late.valid_for("client")
+    assert not late.valid_for("decisions")  # late steps meet the replayed arrivals elsewhere
     assert late.valid_for("load")
+    contended = check(_result(**{**HEALTHY, "cpu_pressure_fraction": 0.99}))
+    assert not contended.valid_for("decisions") and "cpu_pressure_fraction" in contended.broken[0]
     (line,) = late.broken
     assert line.startswith("device_idle_fraction = 0.09 > 0.05: ")
     slow = check(_result(**{**HEALTHY, "first_token_return_ms_p99": 1800.0}))
-    assert slow.valid_for("scheduling") and not slow.valid_for("client")
+    assert slow.valid_for("scheduling") and slow.valid_for("decisions")
+    assert not slow.valid_for("client")
     assert "first_token_return_ms_p99 = 1800 > 250" in slow.broken[0]
     sent_late = check(_result(**{**HEALTHY, "client_send_lateness_ms_p99": 900.0}))
     assert sent_late.valid_for("client") and not sent_late.valid_for("load")
@@ -74,9 +79,16 @@ def test_fidelity_rows_leave_out_the_runs_whose_instrument_spoiled_them():
     sched = rows["TTFT p50 at the scheduler"]
     assert sched["valid_runs"] == [True, True]
     assert sched["replay_diff"] == pytest.approx(2.5)
-    # decisions are compared on the run's own arrivals whatever the machine did
+    # a slow way back to the client leaves the schedulers' decisions comparable
     assert rows["DP-mixed step fraction"]["valid_runs"] == [True, True]
     assert rows["DP-mixed step fraction"]["replay_diff"] == pytest.approx(0.001)
+    contended = [
+        check(_result(**HEALTHY)),
+        check(_result(**{**HEALTHY, "cpu_pressure_fraction": 1.0})),
+    ]
+    rows = {r["metric"]: r for r in compare(twin, servers, replays, contended)}
+    assert rows["DP-mixed step fraction"]["valid_runs"] == [True, False]
+    assert rows["DP-mixed step fraction"]["replay_diff"] == pytest.approx(0.01 - 0.012)
 
 
 def _write(path, rows):

@@ -47,44 +47,44 @@ from dpbench.server.run import RunOptions, ServerDispatch
 from dpbench.twin.stats import paired
 
 # (row label, server metric, twin metric, unit, the instrument scope its server value needs
-# valid: None for scheduling decisions, which the replay compares whatever the machine did;
-# "scheduling" for the schedulers' own clock; "client" for what the load client measured;
+# valid: "decisions" for what the schedulers decided (its inputs part when steps run late),
+# "scheduling" for the schedulers' own clock, "client" for what the load client measured;
 # see dpbench.server.health)
-ROWS: tuple[tuple[str, str, str, str, str | None], ...] = (
+ROWS: tuple[tuple[str, str, str, str, str], ...] = (
     (
         "DP-mixed step fraction",
         "dp_mixed_step_fraction",
         "dp_mixed_step_fraction",
         "fraction",
-        None,
+        "decisions",
     ),
     (
         "decode-rank time beside prefill",
         "decode_rank_s_beside_prefill",
         "decode_rank_s_beside_prefill",
         "rank·s",
-        None,
+        "decisions",
     ),
     (
         "  … as a fraction of decode-rank time",
         "decode_rank_time_beside_prefill_fraction",
         "decode_rank_time_beside_prefill_fraction",
         "fraction",
-        None,
+        "decisions",
     ),
     (
         "delay-verdict fraction, passes with a prefillable rank",
         "delayer_delay_fraction_prefillable",
         "delayer_delay_fraction_prefillable",
         "fraction",
-        None,
+        "decisions",
     ),
     (
         "  … of every outcome (server counts idle passes)",
         "delayer_delay_fraction",
         "delayer_delay_fraction",
         "fraction",
-        None,
+        "decisions",
     ),
     ("TTFT p50", "ttft_ms_p50", "ttft_ms_p50", "ms", "client"),
     # first token computed on the virtual device − planned send: the twin's definition,
@@ -95,7 +95,7 @@ ROWS: tuple[tuple[str, str, str, str, str | None], ...] = (
         "kv_pool_occupied_p50",
         "kv_pool_occupied_p50",
         "fraction",
-        None,
+        "decisions",
     ),
     ("TTFT p99", "ttft_ms_p99", "ttft_ms_p99", "ms", "client"),
     ("TTFT p99 at the scheduler", "scheduler_ttft_ms_p99", "ttft_ms_p99", "ms", "scheduling"),
@@ -105,16 +105,22 @@ ROWS: tuple[tuple[str, str, str, str, str | None], ...] = (
     ("throughput", "request_throughput_per_s", "request_throughput_req_per_s", "req/s", "client"),
     ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s", "client"),
     # SGLang's meta_info.cached_tokens on the server; the twin's first-admission matches
-    ("prefix-cache hit rate", "prefix_hit_rate", "prefix_hit_rate", "fraction", None),
+    ("prefix-cache hit rate", "prefix_hit_rate", "prefix_hit_rate", "fraction", "decisions"),
     # rank balance (dpbench.balance): the same definitions on both sides
-    ("rank tokens max/mean", "rank_tokens_imbalance", "rank_tokens_imbalance", "ratio", None),
-    ("rank busy time max/mean", "rank_busy_imbalance", "rank_busy_imbalance", "ratio", None),
+    (
+        "rank tokens max/mean",
+        "rank_tokens_imbalance",
+        "rank_tokens_imbalance",
+        "ratio",
+        "decisions",
+    ),
+    ("rank busy time max/mean", "rank_busy_imbalance", "rank_busy_imbalance", "ratio", "decisions"),
     (
         "steps a rank idled while another's requests waited",
         "rank_idle_while_others_wait_fraction",
         "rank_idle_while_others_wait_fraction",
         "fraction",
-        None,
+        "decisions",
     ),
 )
 
@@ -344,10 +350,7 @@ def compare(
     rows = []
     for label, s_name, t_name, unit, scope in ROWS:
         t = _value(twin, t_name)
-        valid = [
-            scope is None or healths is None or healths[i].valid_for(scope)
-            for i in range(len(servers))
-        ]
+        valid = [healths is None or healths[i].valid_for(scope) for i in range(len(servers))]
         all_runs = [_value(srv, s_name) for srv in servers]
         runs = [v if ok else math.nan for v, ok in zip(all_runs, valid, strict=True)]
         seen = [v for v in runs if not math.isnan(v)]

@@ -5,16 +5,17 @@ detokenizer path and the virtual device share two cores with SGLang's schedulers
 the machine falls behind, the run's timings are the machine's, not SGLang's. Each
 :class:`Limit` is one such check with a stated threshold and the timings it spoils:
 
-- ``scheduling``: every timing (the schedulers' steps ran late: device idle);
+- ``scheduling``: every timing and every decision compared with the replay (the
+  schedulers' steps ran late against their simulated clock: device idle, or the CPUs were
+  contended: Linux's CPU pressure; the replay places the run's arrivals on the simulated
+  clock, so late steps meet them at other steps and the decisions' inputs part);
 - ``client``: what the load client measured (TTFT, TPOT, ITL, throughput as the client
   saw them), not the scheduler's own clock (TTFT at the scheduler);
 - ``load``: the offered load was not the spec's (requests sent late). The twin replaying
   the run's own arrivals is still a fair comparison; a comparison with the spec is not.
 
-The scheduling decisions (which rank extended, DP-mixed steps, delay verdicts) are compared
-with the twin on the run's own arrivals and stay valid either way. A run that breaks a
-limit is flagged, its spoiled timings are left out of fidelity verdicts, and the reason
-names the metric, its value and the limit. These metrics never get a better/worse
+A run that breaks a limit is flagged, what it spoiled is left out of fidelity's means,
+differences and intervals, and the reason names the metric, its value and the limit. These metrics never get a better/worse
 direction (``dashboard.metrics``: "instrument").
 
 Not a limit: the pick-up delay (client send → the scheduler takes the request in). Most of
@@ -26,7 +27,36 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+PSI_CPU = Path("/proc/pressure/cpu")
+# On the 2-core VM a full-scale DP-2 server run alone reads 1-4 % (20 s samples, 2026-12-02);
+# beside three niced jobs (load 7.7) the machine read 51 % over a minute, and a Mooncake
+# window run there missed the replay by +26 % TTFT at the scheduler with device idle 0.7 %.
+CPU_PRESSURE_LIMIT = 0.25
+
+
+def cpu_pressure_total_us() -> int | None:
+    """Linux's CPU pressure (PSI) ``some`` total: microseconds in which at least one runnable
+    task waited for a CPU, since boot. None where the kernel does not expose it."""
+    try:
+        for line in PSI_CPU.read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.split("total=")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
+def cpu_pressure_fraction(
+    before_us: int | None, after_us: int | None, wall_s: float
+) -> float | None:
+    """The share of a run's wall time in which some runnable task waited for a CPU (this
+    machine's contention: the server's own processes, the client, anything else running)."""
+    if before_us is None or after_us is None or wall_s <= 0:
+        return None
+    return (after_us - before_us) / 1e6 / wall_s
 
 
 @dataclass(frozen=True)
@@ -44,6 +74,13 @@ LIMITS: tuple[Limit, ...] = (
         "scheduling",
         "the virtual device waited for the scheduler's CPU work this often before a decode "
         "step: the steps ran late, so every timing is the CPU's",
+    ),
+    Limit(
+        "cpu_pressure_fraction",
+        CPU_PRESSURE_LIMIT,
+        "scheduling",
+        "some runnable task waited for a CPU this share of the run (Linux PSI): the machine "
+        "was contended, so the schedulers' steps drifted from their simulated clock",
     ),
     Limit(
         "first_token_return_ms_p99",
@@ -68,9 +105,13 @@ LIMITS: tuple[Limit, ...] = (
 )
 
 
-SCOPES = ("scheduling", "client", "load")
-# a run that ran late spoils what the client measured too
-IMPLIES = {"scheduling": ("scheduling", "client"), "client": ("client",), "load": ("load",)}
+SCOPES = ("decisions", "scheduling", "client", "load")
+# a run whose steps ran late spoils the decisions' inputs and what the client measured too
+IMPLIES = {
+    "scheduling": ("decisions", "scheduling", "client"),
+    "client": ("client",),
+    "load": ("load",),
+}
 
 
 @dataclass

@@ -29,6 +29,7 @@ from dpbench.procs import free_port_with, group_members
 from dpbench.results import Metric, make_run_result
 from dpbench.server.client import GenerateRequest, RequestOutcome
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
+from dpbench.server.health import cpu_pressure_fraction, cpu_pressure_total_us
 from dpbench.server.launcher import ServerProcess, check_gpus
 from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
@@ -593,6 +594,7 @@ def execute(
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
         before = scrape(base_url)
         t_load = time.monotonic()
+        psi_before = cpu_pressure_total_us()
         with _RankWatch(server) as watch:
             load = run_load(
                 drive(
@@ -604,10 +606,15 @@ def execute(
                     read_timeout_s=opts.client_read_timeout_s,
                 )
             )
+        pressure = cpu_pressure_fraction(
+            psi_before, cpu_pressure_total_us(), time.monotonic() - t_load
+        )
         died = watch.died
         if died is None:
             after = scrape(base_url)
     metrics: dict[str, Metric] = {**summarize(load, opts.slo)}
+    if pressure is not None:  # this machine's contention during the load (instrument health)
+        metrics["cpu_pressure_fraction"] = Metric(pressure, "fraction of wall time", "lower")
     extra: dict[str, Any] = {
         "executor": executor,
         "command": prep.command,
