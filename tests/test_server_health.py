@@ -18,7 +18,7 @@ def _result(**metrics):
 
 HEALTHY = {
     "device_idle_fraction": 0.002,
-    "cpu_pressure_fraction": 0.05,
+    "server_run_queue_wait_fraction": 0.14,
     "first_token_return_ms_p99": 4.0,
     "client_loop_lag_ms_p99": 11.0,
     "client_send_lateness_ms_p99": 3.0,
@@ -36,8 +36,9 @@ def test_device_idle_spoils_every_timing_a_slow_return_only_the_clients():
     assert not late.valid_for("scheduling") and not late.valid_for("client")
     assert not late.valid_for("decisions")  # late steps meet the replayed arrivals elsewhere
     assert late.valid_for("load")
-    contended = check(_result(**{**HEALTHY, "cpu_pressure_fraction": 0.99}))
-    assert not contended.valid_for("decisions") and "cpu_pressure_fraction" in contended.broken[0]
+    contended = check(_result(**{**HEALTHY, "server_run_queue_wait_fraction": 0.6}))
+    assert not contended.valid_for("decisions")
+    assert "server_run_queue_wait_fraction" in contended.broken[0]
     (line,) = late.broken
     assert line.startswith("device_idle_fraction = 0.09 > 0.05: ")
     slow = check(_result(**{**HEALTHY, "first_token_return_ms_p99": 1800.0}))
@@ -84,7 +85,7 @@ def test_fidelity_rows_leave_out_the_runs_whose_instrument_spoiled_them():
     assert rows["DP-mixed step fraction"]["replay_diff"] == pytest.approx(0.001)
     contended = [
         check(_result(**HEALTHY)),
-        check(_result(**{**HEALTHY, "cpu_pressure_fraction": 1.0})),
+        check(_result(**{**HEALTHY, "server_run_queue_wait_fraction": 1.0})),
     ]
     rows = {r["metric"]: r for r in compare(twin, servers, replays, contended)}
     assert rows["DP-mixed step fraction"]["valid_runs"] == [True, False]
@@ -152,3 +153,15 @@ def test_without_pass_records_there_are_no_first_tokens_and_no_metric(tmp_path):
     _write(tmp_path / "rank0.jsonl", [_step(0, "extend", 1.0)])
     assert read_first_tokens(tmp_path, 1) == {}
     assert scheduler_latency({}, planned={"a": 0.0}, received={"a": 1.0}) == {}
+
+
+def test_run_queue_wait_is_read_per_process_from_proc():
+    import os
+
+    from dpbench.server.health import run_delay_ns, run_queue_wait_fraction
+
+    got = run_delay_ns([os.getpid(), 2**22 + 12345])  # this process, and one that is not there
+    assert list(got) == [os.getpid()] and got[os.getpid()] >= 0
+    # the most-waiting process decides; a process that left during the run is not counted
+    assert run_queue_wait_fraction({1: 0, 2: 10**8}, {1: 5 * 10**8, 2: 2 * 10**8}, 2.0) == 0.25
+    assert run_queue_wait_fraction({1: 0}, {}, 2.0) is None

@@ -31,10 +31,14 @@ from pathlib import Path
 from typing import Any
 
 PSI_CPU = Path("/proc/pressure/cpu")
-# On the 2-core VM a full-scale DP-2 server run alone reads 1-4 % (20 s samples, 2026-12-02);
-# beside three niced jobs (load 7.7) the machine read 51 % over a minute, and a Mooncake
-# window run there missed the replay by +26 % TTFT at the scheduler with device idle 0.7 %.
-CPU_PRESSURE_LIMIT = 0.25
+# The server's own processes compete on two cores (0.5.16's DP controller polls at ~70 % of a
+# core): alone, each scheduler process of a full-scale DP-2 run waited 13.7-13.8 % of the
+# time on the run queue (20 s sample, 2026-12-02) and the system-wide pressure (PSI, recorded,
+# not limited: lower-priority work beside the run counts there too) read 1-4 %. Beside three
+# jobs (load 7.7; PSI 51 % over a minute) a Mooncake window run missed the replay by +26 %
+# TTFT at the scheduler with device idle 0.7 %; its run-queue wait was not yet recorded, so
+# the limit is set well above the quiet figure, not calibrated on a contended run.
+RUN_QUEUE_WAIT_LIMIT = 0.40
 
 
 def cpu_pressure_total_us() -> int | None:
@@ -59,6 +63,33 @@ def cpu_pressure_fraction(
     return (after_us - before_us) / 1e6 / wall_s
 
 
+def run_delay_ns(pids: list[int]) -> dict[int, int]:
+    """Per process: nanoseconds its threads have waited on a run queue (``/proc/<pid>/task/*/
+    schedstat``'s second field), for the processes still there."""
+    out: dict[int, int] = {}
+    for pid in pids:
+        total = 0
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        out[pid] = total
+    return out
+
+
+def run_queue_wait_fraction(
+    before: dict[int, int], after: dict[int, int], wall_s: float
+) -> float | None:
+    """The most any one server process's threads waited for a CPU, as a share of the run's
+    wall time (summed over its threads): how much the machine delayed the server itself,
+    whatever else ran beside it at a lower priority."""
+    common = [p for p in before if p in after]
+    if not common or wall_s <= 0:
+        return None
+    return max(after[p] - before[p] for p in common) / 1e9 / wall_s
+
+
 @dataclass(frozen=True)
 class Limit:
     metric: str
@@ -76,11 +107,12 @@ LIMITS: tuple[Limit, ...] = (
         "step: the steps ran late, so every timing is the CPU's",
     ),
     Limit(
-        "cpu_pressure_fraction",
-        CPU_PRESSURE_LIMIT,
+        "server_run_queue_wait_fraction",
+        RUN_QUEUE_WAIT_LIMIT,
         "scheduling",
-        "some runnable task waited for a CPU this share of the run (Linux PSI): the machine "
-        "was contended, so the schedulers' steps drifted from their simulated clock",
+        "a server process waited for a CPU this share of the run (its threads' run-queue "
+        "time): the machine delayed the server, so its steps drifted from their simulated "
+        "clock",
     ),
     Limit(
         "first_token_return_ms_p99",

@@ -29,7 +29,12 @@ from dpbench.procs import free_port_with, group_members
 from dpbench.results import Metric, make_run_result
 from dpbench.server.client import GenerateRequest, RequestOutcome
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
-from dpbench.server.health import cpu_pressure_fraction, cpu_pressure_total_us
+from dpbench.server.health import (
+    cpu_pressure_fraction,
+    cpu_pressure_total_us,
+    run_delay_ns,
+    run_queue_wait_fraction,
+)
 from dpbench.server.launcher import ServerProcess, check_gpus
 from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
@@ -595,6 +600,8 @@ def execute(
         before = scrape(base_url)
         t_load = time.monotonic()
         psi_before = cpu_pressure_total_us()
+        server_pids = group_members(server.pgid)
+        waited_before = run_delay_ns(server_pids)
         with _RankWatch(server) as watch:
             load = run_load(
                 drive(
@@ -606,15 +613,17 @@ def execute(
                     read_timeout_s=opts.client_read_timeout_s,
                 )
             )
-        pressure = cpu_pressure_fraction(
-            psi_before, cpu_pressure_total_us(), time.monotonic() - t_load
-        )
+        load_wall = time.monotonic() - t_load
+        pressure = cpu_pressure_fraction(psi_before, cpu_pressure_total_us(), load_wall)
+        waited = run_queue_wait_fraction(waited_before, run_delay_ns(server_pids), load_wall)
         died = watch.died
         if died is None:
             after = scrape(base_url)
     metrics: dict[str, Metric] = {**summarize(load, opts.slo)}
     if pressure is not None:  # this machine's contention during the load (instrument health)
         metrics["cpu_pressure_fraction"] = Metric(pressure, "fraction of wall time", "lower")
+    if waited is not None:  # how much the machine delayed the server's own processes
+        metrics["server_run_queue_wait_fraction"] = Metric(waited, "fraction of wall time", "lower")
     extra: dict[str, Any] = {
         "executor": executor,
         "command": prep.command,
