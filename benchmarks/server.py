@@ -476,3 +476,54 @@ class SimulatedRooflineServe:
         return optional_metric(self.result, "rank_idle_while_others_wait_fraction")
 
     track_rank_idle_while_others_wait_fraction.unit = "fraction of working steps"
+
+
+TRACE_SIM_SPEC = "mooncake-conversation-small"  # 48 requests of a Mooncake window, DP 2
+
+
+class SimulatedProductionTrace(SimulatedRooflineServe):
+    """executor: simulated. The simulated-forward server (as ``SimulatedRooflineServe``) on a
+    CPU-sized window of Mooncake's production trace at DP 2, delayer on, behind SGLang's own
+    round robin: the placement's effect on real traffic per commit, with SGLang's own prefix
+    hit rate. Skips, naming the file and its upstream, where the trace is not on this machine.
+    The main job runs it on the placement change's pair (one SGLang start-up per commit)."""
+
+    params: ClassVar[tuple[list[Any], ...]] = ([TRACE_SIM_SPEC], [2], ["on"])
+    version = "server-simulated-production-trace-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        from dpbench.server.run import RunOptions, execute, prepare
+
+        from .workloads import trace_path
+
+        try:
+            trace_path("mooncake")
+            _require_hookable()
+        except NotImplementedError as exc:
+            return {"skip": str(exc)}
+
+        def one() -> dict[str, Any]:
+            opts = RunOptions(
+                spec=TRACE_SIM_SPEC,
+                dp_size=2,
+                simulate_forward=True,
+                chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
+                python=sys.executable,
+                check_gpus=False,
+            )
+            result = execute(prepare(opts))
+            save_run("server", f"simulated-production-trace-{TRACE_SIM_SPEC}-dp2", result)
+            return {"metrics": result["metrics"]}
+
+        return cache_settings([(TRACE_SIM_SPEC, one)])
+
+    setup_cache.timeout = 3600
+
+    def setup(self, cache: dict[str, Any], spec: str, dp_size: int, delayer: str) -> None:
+        self.result = cached(cache, spec)
+        self.delayer = delayer
+
+    def track_prefix_hit_rate(self, cache, spec, dp_size, delayer) -> float:
+        return optional_metric(self.result, "prefix_hit_rate")
+
+    track_prefix_hit_rate.unit = "fraction of prompt tokens SGLang found cached"

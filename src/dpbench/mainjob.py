@@ -7,11 +7,12 @@ what to run on which commit:
 2. the twin over up to four of them, chosen from step 1's own results: the first release
    labelled ``early``, the last ``early`` one before the first ``post-kv`` (the before/after
    pair of the placement change), the first labelled ``post-kv``, and the newest;
-3. the simulated-forward server (``server.*Simulated*``; four real SGLang servers per
-   release) over the before/after pair and the newest only;
+3. the simulated-forward server (``server.SimulatedRooflineServe``; four real SGLang
+   servers per release) over the before/after pair and the newest only;
 4. over the before/after pair only: the twin at the headline settings (``TwinHeadline``, the
-   full spec at DP 4/8 × chunk 8192/16384, 5 seeds compared seed by seed) and on production
-   traffic (``TwinProductionTrace``).
+   full spec at DP 4/8 × chunk 8192/16384, 5 seeds compared seed by seed), against offered
+   load and its capacity at SLO (``TwinLoad``, ``TwinCapacity``), and on production traffic
+   (``TwinProductionTrace``; the simulated server on a window, ``SimulatedProductionTrace``).
 
 asv runs with ``--record-samples``: every seed's value is kept, so comparisons pair seeds.
 
@@ -55,7 +56,9 @@ HEADLINE_BENCH = r"^twin\.(TwinHeadline|TwinCapacity|TwinLoad)\."
 # and at DP 4 only (DP 8: `asv run -b TwinProductionTraceDp8`), to keep the main job's cost
 TRACE_BENCH = r"^twin\.TwinProductionTrace\."
 PAIR_PICKS = ("last early", "first post-kv")  # the placement change's before/after pair
-SERVER_SIM_BENCH = r"^server\.\w*Simulated"
+SERVER_SIM_BENCH = r"^server\.SimulatedRooflineServe\."
+# the simulated server on a production-trace window: the placement pair only (one start-up each)
+SERVER_TRACE_BENCH = r"^server\.SimulatedProductionTrace\."
 # the simulated server runs on these of choose_heavy's picks (its start-ups cost ~1 min each)
 SERVER_SIM_PICKS = ("last early", "first post-kv", "newest")
 console = Console(stderr=True)
@@ -342,6 +345,7 @@ def bench_command(
             ("twin at the headline settings, against load, capacity at SLO", HEADLINE_BENCH, pair),
             ("twin", TWIN_BENCH, heavy),
             ("twin on production traffic", TRACE_BENCH, pair),
+            ("simulated-forward server on production traffic", SERVER_TRACE_BENCH, pair),
             ("simulated-forward server", SERVER_SIM_BENCH, served),
         ):
             if not picks:
