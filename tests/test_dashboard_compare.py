@@ -3,6 +3,7 @@ fidelity matching and commit naming: shared by the pages and the terminal."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -332,6 +333,10 @@ def test_asv_samples_of_two_commits_are_paired_by_seed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Machine, "hardcoded_machine_name", "box")
     now = datetime.datetime.now(datetime.UTC)
+    meta = {"type": "track", "param_names": ["dp_size"], "params": [["4", "8"]]}
+    (tmp_path / "benchmarks.json").write_text(
+        json.dumps({"version": 2, "twin.TwinHighKV.track_dp_mixed_step_fraction": meta})
+    )
     per_commit = {  # commit → (benchmark version, per-seed DP-mixed fractions at 2 settings)
         "a" * 40: ("v3", [[0.08, 0.10, 0.13], [0.20, 0.21, 0.22]]),
         "b" * 40: ("v3", [[0.07, 0.09, 0.12], [0.20, 0.23, 0.21]]),
@@ -363,3 +368,11 @@ def test_asv_samples_of_two_commits_are_paired_by_seed(tmp_path, monkeypatch):
     assert rows[("8",)].change.basis == "paired, 3 seeds" and rows[("8",)].verdict == "within noise"
     unpaired = {r.params: r for r in compare_commits(model, 0, 2)}
     assert unpaired[("4",)].change.basis == "bands"
+    # a timing's samples are repeats, not seeds: never paired
+    meta["type"] = "time"
+    (tmp_path / "benchmarks.json").write_text(
+        json.dumps({"version": 2, "twin.TwinHighKV.track_dp_mixed_step_fraction": meta})
+    )
+    timed = build_model(load_results(tmp_path), [])
+    assert all("samples" not in s for s in timed["charts"][0]["series"])
+    assert compare_commits(timed, 0, 1)[0].change.basis == "bands"

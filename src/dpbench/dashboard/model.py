@@ -193,7 +193,10 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
                 }
             s["band"] = s["band"] or v.band
             s["points"].append([index[run.commit], v.value, v.ci_low, v.ci_high])
-            if v.samples is not None:  # per-seed values: comparisons pair them by seed
+            # per-seed values of a track (one sample per seed, in seed order): comparisons
+            # pair them by seed. A timing's samples are repeats of one measurement: never paired
+            paired_kind = loaded.benchmarks.get(v.benchmark, {}).get("type") == "track"
+            if v.samples is not None and paired_kind:
                 s.setdefault("samples", {})[str(index[run.commit])] = {
                     "x": list(v.samples),
                     "seeds": v.version,
