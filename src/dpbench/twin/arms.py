@@ -7,9 +7,19 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
+
+# The grid options every arm comparison takes (twin sweep, twin capacity)
+SpecArg = Annotated[str, typer.Argument(help="workload spec: a shipped name or a YAML path")]
+DpOpt = Annotated[list[int] | None, typer.Option(help="DP sizes (repeatable; default 4)")]
+ChunkOpt = Annotated[
+    list[int] | None,
+    typer.Option(help="global --chunked-prefill-size values (repeatable; default 8192)"),
+]
+RequestsOpt = Annotated[int | None, typer.Option(help="override the spec's num_requests")]
+JobsOpt = Annotated[int, typer.Option(help="arms run at once (one process each)")]
 
 
 def run_arm_module(

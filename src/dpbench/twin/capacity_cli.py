@@ -19,6 +19,7 @@ import numpy as np
 import typer
 
 from dpbench.latency import Slo
+from dpbench.twin.arms import ChunkOpt, DpOpt, JobsOpt, RequestsOpt, SpecArg
 from dpbench.twin.job import arm_overrides
 
 
@@ -107,18 +108,15 @@ def _fmt_arm(a: dict[str, Any]) -> str:
 
 
 def capacity(
-    spec: Annotated[str, typer.Argument(help="workload spec: a shipped name or a YAML path")],
+    spec: SpecArg,
     sglang: Annotated[
         list[str],
         typer.Option(help="an arm: a release, optionally with modes after ':' (as twin sweep)"),
     ],
     seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 3,
-    dp: Annotated[list[int] | None, typer.Option(help="DP sizes (repeatable; default 4)")] = None,
-    chunked_prefill_size: Annotated[
-        list[int] | None,
-        typer.Option(help="global --chunked-prefill-size values (repeatable; default 8192)"),
-    ] = None,
-    requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
+    dp: DpOpt = None,
+    chunked_prefill_size: ChunkOpt = None,
+    requests: RequestsOpt = None,
     attainment: Annotated[
         float, typer.Option(help="the SLO attainment that must hold (fraction of requests)")
     ] = 0.99,
@@ -127,7 +125,7 @@ def capacity(
     lo: Annotated[float, typer.Option(help="lowest rate searched (× the spec's)")] = 1 / 64,
     hi: Annotated[float, typer.Option(help="highest rate searched (× the spec's)")] = 4.0,
     steps: Annotated[int, typer.Option(help="bisection halvings after the two ends")] = 6,
-    jobs: Annotated[int, typer.Option(help="arms run at once (one process each)")] = 2,
+    jobs: JobsOpt = 2,
     timeout: Annotated[float, typer.Option(help="wall-clock limit per arm, seconds")] = 7200.0,
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="write arms and rows as JSON")

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from dpbench.schema import with_options
+from dpbench.twin.arms import ChunkOpt, DpOpt, JobsOpt, RequestsOpt, SpecArg
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 from dpbench.twin.job import arm_overrides
 
@@ -326,7 +327,7 @@ SWEEP_TABLE_METRICS = (
 
 @app.command()
 def sweep(
-    spec: Annotated[str, typer.Argument(help="workload spec: a shipped name or a YAML path")],
+    spec: SpecArg,
     sglang: Annotated[
         list[str],
         typer.Option(
@@ -338,11 +339,8 @@ def sweep(
         ),
     ],
     seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 20,
-    dp: Annotated[list[int] | None, typer.Option(help="DP sizes (repeatable; default 4)")] = None,
-    chunked_prefill_size: Annotated[
-        list[int] | None,
-        typer.Option(help="global --chunked-prefill-size values (repeatable; default 8192)"),
-    ] = None,
+    dp: DpOpt = None,
+    chunked_prefill_size: ChunkOpt = None,
     rate_scale: Annotated[
         list[float] | None,
         typer.Option(
@@ -350,8 +348,8 @@ def sweep(
             "then has a row per rate, the curve of each metric against load)"
         ),
     ] = None,
-    requests: Annotated[int | None, typer.Option(help="override the spec's num_requests")] = None,
-    jobs: Annotated[int, typer.Option(help="arms run at once (one process each)")] = 2,
+    requests: RequestsOpt = None,
+    jobs: JobsOpt = 2,
     timeout: Annotated[float, typer.Option(help="wall-clock limit per arm, seconds")] = 3600.0,
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="write arms, rows and timing as JSON")
