@@ -10,6 +10,7 @@ import pytest
 
 from dpbench.dashboard import metrics
 from dpbench.dashboard.compare import (
+    QUIET,
     Change,
     CommitNotFound,
     Row,
@@ -18,6 +19,8 @@ from dpbench.dashboard.compare import (
     fmt_pct,
     regressions,
     resolve_commit,
+    sort_key,
+    t975,
 )
 
 
@@ -46,7 +49,7 @@ def test_verdicts(a, b, better, verdict, pct):
 def test_instrument_health_and_single_server_runs_get_no_verdict():
     """The load client's lateness or the device's idle time never reads as SGLang better or
     worse, and one server run per side (a timing-dependent tier) is no basis for a verdict."""
-    from dpbench.dashboard.compare import QUIET, VERDICT_ORDER
+    from dpbench.dashboard.compare import VERDICT_ORDER
     from dpbench.dashboard.metrics import direction
 
     for name in (
@@ -376,3 +379,117 @@ def test_asv_samples_of_two_commits_are_paired_by_seed(tmp_path, monkeypatch):
     timed = build_model(load_results(tmp_path), [])
     assert all("samples" not in s for s in timed["charts"][0]["series"])
     assert compare_commits(timed, 0, 1)[0].change.basis == "bands"
+
+
+# --- a timing tier's repeated runs: unpaired, Welch ---------------------------------------
+
+
+def test_server_repeats_get_the_welch_interval_of_the_difference_of_means():
+    """Worked by hand: A = 9, 10, 11 (mean 10, s² 1), B = 11, 13, 15, 17 (mean 14, s² 20/3).
+    Standard error² = 1/3 + (20/3)/4 = 2; Welch–Satterthwaite df = 2² / ((1/3)²/2 + (5/3)²/3)
+    = 216/53 = 4.08 → 4; t(0.975, 4) = 2.7764451 (tables); half-width 2.7764451·√2 = 3.92649;
+    over |mean A| = 10: +40 % [+0.735, +79.265]."""
+    a = Side(10.0, samples=(9.0, 10.0, 11.0), seeds="v")
+    b = Side(14.0, samples=(11.0, 13.0, 15.0, 17.0), seeds="v")
+    c = change_of(a, b, "higher", "server")
+    half = 2.7764451 * 2**0.5
+    assert (c.lo, c.pct, c.hi) == (
+        pytest.approx((4 - half) / 10 * 100, rel=1e-6),
+        pytest.approx(40.0),
+        pytest.approx((4 + half) / 10 * 100, rel=1e-6),
+    )
+    assert c.lo == pytest.approx(0.7351, abs=1e-4) and c.hi == pytest.approx(79.2649, abs=1e-4)
+    assert (c.verdict, c.basis) == ("better", "repeats, 3 + 4 runs")
+    assert change_of(a, b, "lower", "server").verdict == "worse"
+    assert change_of(a, b, "none", "server").verdict == "changed"
+    # outside a timing tier these samples are seeds, and 3 against 4 do not pair
+    assert change_of(a, b, "higher", "twin").basis == "single run"
+
+
+def test_server_samples_are_never_paired_even_with_the_same_seeds():
+    """Run k of commit A is no counterpart of run k of commit B: samples that pair into a
+    "better" in the twin tier are compared unpaired in the server tier (and their means'
+    interval holds 0)."""
+    a = Side(0.10, 0.08, 0.13, samples=(0.08, 0.10, 0.13), seeds="v3")
+    b = Side(0.09, 0.07, 0.12, samples=(0.07, 0.09, 0.12), seeds="v3")
+    twin = change_of(a, b, "lower", "twin")
+    assert (twin.verdict, twin.basis) == ("better", "paired, 3 seeds")
+    server = change_of(a, b, "lower", "server")
+    assert (server.verdict, server.basis) == ("within noise", "repeats, 3 + 3 runs")
+    assert server.lo < 0 < server.hi
+    assert server.pct == pytest.approx(-0.01 / (0.31 / 3) * 100)
+    # runs a side left unmeasured (None) are dropped, not paired away
+    gaps = change_of(
+        Side(10.0, samples=(10.0, None, 10.2, 9.9), seeds="v"),
+        Side(11.0, samples=(11.0, 11.3, None, 11.1), seeds="v"),
+        "lower",
+        "server",
+    )
+    assert (gaps.verdict, gaps.basis) == ("worse", "repeats, 3 + 3 runs")
+    # the same constant on every run of both sides: no change; two different constants: a
+    # zero-width interval, the direction decides
+    same = Side(5.0, samples=(5.0, 5.0, 5.0), seeds="v")
+    assert change_of(same, same, "lower", "server").verdict == "no change"
+    up = change_of(same, Side(6.0, samples=(6.0, 6.0, 6.0), seeds="v"), "higher", "server")
+    assert up.verdict == "better" and up.lo == up.pct == up.hi == pytest.approx(20.0)
+
+
+def test_a_server_verdict_needs_three_runs_a_side():
+    """Two runs a side: the change and its interval, but "single run" (too few runs for a
+    verdict) even where the interval excludes 0; one run: "single run", bands or not."""
+    two = Side(10.05, samples=(10.0, 10.1), seeds="v")
+    three = Side(20.1, samples=(20.0, 20.2, 20.1), seeds="v")
+    c = change_of(two, three, "higher", "server")
+    assert (c.verdict, c.basis) == ("single run", "repeats, 2 + 3 runs")
+    assert c.pct == pytest.approx((20.1 - 10.05) / 10.05 * 100) and 0 < c.lo < c.pct < c.hi
+    assert "single run" in QUIET
+    flat = change_of(two, Side(10.05, samples=(10.1, 10.0), seeds="v"), "higher", "server")
+    assert flat.verdict == "within noise"  # a quiet verdict needs no third run
+    assert (
+        change_of(Side(10.0, samples=(9.0, 10.0, 11.0)), three, "higher", "server").verdict
+        == "better"
+    )
+    one = (Side(10.0, samples=(10.0,), seeds="v"), Side(20.0, samples=(20.0,), seeds="v"))
+    one_each = change_of(*one, "higher", "server")
+    assert (one_each.verdict, one_each.basis) == ("single run", "single run")
+    assert one_each.pct == pytest.approx(100.0)
+    # one run against three, even with disjoint bands: too few runs on A's side
+    lone = Side(10, 9, 11, samples=(10.0,))
+    banded = change_of(lone, Side(20, 19, 21, samples=(19.0, 20.0, 21.0)), "higher", "server")
+    assert (banded.verdict, banded.basis) == ("single run", "bands")
+    # bands without recorded samples (no run count) still decide, as before
+    assert change_of(Side(10, 9, 11), Side(20, 19, 21), "higher", "server").verdict == "better"
+
+
+def test_instrument_health_of_a_server_with_repeats_is_still_no_verdict():
+    a = Side(10.0, samples=(9.0, 10.0, 11.0), seeds="v")
+    b = Side(1000.0, samples=(990.0, 1000.0, 1010.0), seeds="v")
+    c = change_of(a, b, "instrument", "server")
+    assert (c.verdict, c.basis, c.lo, c.hi) == ("instrument", "", None, None)
+    assert c.pct == pytest.approx(9900.0)
+
+
+def test_rows_sort_paired_then_repeats_then_bands_then_single_runs():
+    bases = ["single run", "bands", "repeats, 3 + 3 runs", "paired, 5 seeds", ""]
+    ranks = [Change(1.0, None, None, "worse", b).basis_rank for b in bases]
+    assert ranks == [3, 2, 1, 0, 3]
+    rows = [
+        Row("t", "asv", b or "none", (), {}, "m", "e", "u", "lower", Side(1), Side(2), change)
+        for b in bases
+        for change in [Change(10.0, None, None, "worse", b)]
+    ]
+    assert [r.change.basis for r in sorted(rows, key=sort_key)] == [
+        "paired, 5 seeds",
+        "repeats, 3 + 3 runs",
+        "bands",
+        "",
+        "single run",
+    ]
+
+
+def test_t_quantiles_are_the_pages_up_to_100_df_then_1_96():
+    from dpbench.dashboard.model import T975
+
+    assert len(T975) == 100
+    assert all(t975(df) == pytest.approx(T975[df - 1], abs=1e-6) for df in range(1, 101))
+    assert t975(101) == 1.96 and t975(4) == pytest.approx(2.7764451, abs=1e-7)

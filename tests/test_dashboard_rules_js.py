@@ -1,6 +1,6 @@
 """The pages' comparison rules (dashboard.js, in a real headless Chromium) give what the
-terminal's rules (dpbench.dashboard.compare) give, case by case: paired seeds, bands, single
-runs, instrument health. The cases are hand-built sides, not results."""
+terminal's rules (dpbench.dashboard.compare) give, case by case: paired seeds, a timing tier's
+repeats (unpaired, Welch), bands, single runs, instrument health. The cases are hand-built sides, not results."""
 
 from __future__ import annotations
 
@@ -58,6 +58,79 @@ CASES = [
     (Side(10), Side(20), "higher", "server"),
     (Side(10), Side(1000), "instrument", "server"),
     (Side(0), Side(1), "higher", "twin"),
+    # a timing tier's samples are repeats: unpaired, Welch, better / worse from 3 runs a side
+    (  # 10: would pair into "better" in the twin; in the server, within noise
+        Side(0.10, 0.08, 0.13, (0.08, 0.10, 0.13), "v3"),
+        Side(0.09, 0.07, 0.12, (0.07, 0.09, 0.12), "v3"),
+        "lower",
+        "server",
+    ),
+    (  # 11: 3 + 4 runs, df 216/53 floored to 4: better
+        Side(10.0, None, None, (9.0, 10.0, 11.0), "v"),
+        Side(14.0, None, None, (11.0, 13.0, 15.0, 17.0), "v"),
+        "higher",
+        "server",
+    ),
+    (  # 12: runs a side left unmeasured are dropped: 3 + 3, worse
+        Side(10.0, None, None, (10.0, None, 10.2, 9.9), "v"),
+        Side(11.0, None, None, (11.0, 11.3, None, 11.1), "v"),
+        "lower",
+        "server",
+    ),
+    (  # 13: 2 + 3 runs, interval off 0, yet too few runs: single run
+        Side(10.05, None, None, (10.0, 10.1), "v"),
+        Side(20.1, None, None, (20.0, 20.2, 20.1), "v"),
+        "higher",
+        "server",
+    ),
+    (  # 14: one run a side
+        Side(10.0, None, None, (10.0,), "v"),
+        Side(20.0, None, None, (20.0,), "v"),
+        "higher",
+        "server",
+    ),
+    (  # 15: one run against three, disjoint bands: single run
+        Side(10.0, 9.0, 11.0, (10.0,), "v"),
+        Side(20.0, 19.0, 21.0, (19.0, 20.0, 21.0), "v"),
+        "higher",
+        "server",
+    ),
+    (  # 16: the same constant on every run: no change
+        Side(5.0, None, None, (5.0, 5.0, 5.0), "v"),
+        Side(5.0, None, None, (5.0, 5.0, 5.0), "v"),
+        "lower",
+        "server",
+    ),
+    (  # 17: two constants: a zero-width interval, the direction decides
+        Side(5.0, None, None, (5.0, 5.0, 5.0), "v"),
+        Side(6.0, None, None, (6.0, 6.0, 6.0), "v"),
+        "higher",
+        "server",
+    ),
+    (  # 18: no direction: changed
+        Side(10.0, None, None, (9.0, 10.0, 11.0), "v"),
+        Side(20.0, None, None, (19.0, 20.0, 21.0), "v"),
+        "none",
+        "server",
+    ),
+    (  # 19: A's mean 0: no percentage
+        Side(0.0, None, None, (-1.0, 0.0, 1.0), "v"),
+        Side(6.0, None, None, (5.0, 6.0, 7.0), "v"),
+        "lower",
+        "server",
+    ),
+    (  # 20: instrument health first, whatever the repeats
+        Side(10.0, None, None, (9.0, 10.0, 11.0), "v"),
+        Side(1000.0, None, None, (990.0, 1000.0, 1010.0), "v"),
+        "instrument",
+        "server",
+    ),
+    (  # 21: 60 + 60 runs: Welch df past the pages' t table (1.96)
+        Side(100.0, None, None, tuple(100.0 + (i % 7) - 3 for i in range(60)), "v"),
+        Side(101.0, None, None, tuple(101.5 + (i % 5) - 2 for i in range(60)), "v"),
+        "higher",
+        "server",
+    ),
 ]
 
 
@@ -112,9 +185,12 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
     # the same order: verdict, then paired before unpaired before single runs, by significance
     want_order = [r.params[0] for r in compare_commits(data, 0, 1)]
     assert [n for n, _ in got] == want_order
-    # "worse" first; among "better", the paired ones (most significant first) before the
-    # single run with the infinite size (a change from 0)
-    assert want_order[:5] == ["6", "2", "0", "3", "9"]
+    # "worse" first, the server's repeats before unpaired bands; among "better", the paired
+    # ones (most significant first), then the repeats, before the single run with the
+    # infinite size (a change from 0)
+    assert want_order[:4] == ["12", "19", "6", "2"]
+    assert want_order[4:6] == ["0", "3"] and set(want_order[-2:]) == {"8", "20"}
+    assert want_order.index("11") < want_order.index("9")
     by_case = {int(n): c for n, c in got}
     for n, (a, b, better, tier) in enumerate(CASES):
         want = change_of(a, b, better, tier)

@@ -12,6 +12,7 @@ const DP = (function () {
                          "single run": 5, "not measured": 6, "instrument": 7};
   const QUIET = ["within noise", "no change", "single run", "not measured", "instrument"];
   const TIMING_TIERS = ["server"];  // dpbench.dashboard.metrics.TIMING_TIERS
+  const MIN_TIMING_RUNS = 3;  // dpbench.dashboard.compare.MIN_TIMING_RUNS
   const CONTROL_VALUES = ["off", "false", "0", "none"];
 
   // plotly reads its text as a small HTML subset: escape so results cannot add markup (quotes are
@@ -64,6 +65,57 @@ const DP = (function () {
     return null;
   }
 
+  // Same as dpbench.dashboard.compare.t975: the table's quantile for an integer df, 1.96 beyond it.
+  function t975(df) { return df <= T975.length ? T975[df - 1] : 1.96; }
+
+  function finite(samples) { return samples.filter(x => x != null && isFinite(x)); }
+
+  // Same as dpbench.dashboard.compare.runs_of: a side's finite runs, null when it kept no samples.
+  function runsOf(side) { return side.samples ? finite(side.samples).length : null; }
+
+  // Same as dpbench.dashboard.compare.repeats_of: a timing tier's runs, both sides with at least 2.
+  function repeatsOf(a, b) {
+    if (!a.samples || !b.samples) return null;
+    const xa = finite(a.samples), xb = finite(b.samples);
+    return xa.length >= 2 && xb.length >= 2 ? [xa, xb] : null;
+  }
+
+  function meanVar(xs) {
+    let total = 0;
+    for (const x of xs) total += x;
+    const mean = total / xs.length;
+    let ss = 0;
+    for (const x of xs) ss += (x - mean) * (x - mean);
+    return [mean, ss / (xs.length - 1)];
+  }
+
+  // Same as dpbench.dashboard.compare._repeats_change: unpaired difference of means, Welch interval.
+  function repeatsChange(xa, xb, better) {
+    const na = xa.length, nb = xb.length;
+    const [meanA, varA] = meanVar(xa), [meanB, varB] = meanVar(xb);
+    const diff = meanB - meanA;
+    const basis = "repeats, " + na + " + " + nb + " runs";
+    if (diff === 0 && varA === 0 && varB === 0) return {pct: 0, lo: null, hi: null, verdict: "no change", basis};
+    const qa = varA / na, qb = varB / nb;
+    const se = Math.sqrt(qa + qb);
+    let half = 0;
+    if (se > 0) {
+      const den = qa * qa / (na - 1) + qb * qb / (nb - 1);
+      const df = den > 0 ? (qa + qb) * (qa + qb) / den : Infinity;
+      half = t975(isFinite(df) ? Math.floor(df + 1e-9) : T975.length + 1) * se;
+    }
+    let pct = null, lo = null, hi = null;
+    if (meanA !== 0) {
+      const scale = Math.abs(meanA);
+      pct = diff / scale * 100; lo = (diff - half) / scale * 100; hi = (diff + half) / scale * 100;
+    }
+    if (diff - half <= 0 && 0 <= diff + half) return {pct, lo, hi, verdict: "within noise", basis};
+    if (Math.min(na, nb) < MIN_TIMING_RUNS) return {pct, lo, hi, verdict: "single run", basis};
+    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
+    const bWins = better === "higher" ? diff > 0 : diff < 0;
+    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
+  }
+
   // Same as dpbench.dashboard.compare.paired_with: the seeds both sides measured, if the same set.
   function pairedWith(a, b) {
     if (!a.samples || !b.samples || a.seeds == null || a.seeds !== b.seeds) return null;
@@ -83,8 +135,7 @@ const DP = (function () {
     const meanA = pairs.reduce((t, [x]) => t + x, 0) / n;
     const meanD = d.reduce((t, v) => t + v, 0) / n;
     const sd = Math.sqrt(d.reduce((t, v) => t + (v - meanD) ** 2, 0) / (n - 1));
-    const t = n - 1 <= T975.length ? T975[n - 2] : 1.96;
-    const half = t * sd / Math.sqrt(n);
+    const half = t975(n - 1) * sd / Math.sqrt(n);
     const basis = "paired, " + n + " seeds";
     if (meanD === 0 && sd === 0) return {pct: 0, lo: null, hi: null, verdict: "no change", basis};
     let pct = null, lo = null, hi = null;
@@ -105,8 +156,14 @@ const DP = (function () {
       const p = a.value !== 0 ? (b.value - a.value) / Math.abs(a.value) * 100 : null;
       return {pct: p, lo: null, hi: null, verdict: "instrument", basis: ""};
     }
-    const pairs = pairedWith(a, b);
-    if (pairs) return pairedChange(pairs, better);
+    const timing = TIMING_TIERS.includes(tier);
+    if (timing) {  // repeats of one measurement, never paired
+      const reps = repeatsOf(a, b);
+      if (reps) return repeatsChange(reps[0], reps[1], better);
+    } else {
+      const pairs = pairedWith(a, b);
+      if (pairs) return pairedChange(pairs, better);
+    }
     const banded = a.lo != null && a.hi != null && b.lo != null && b.hi != null;
     if (a.value === b.value) return {pct: 0, lo: null, hi: null, verdict: "no change", basis: banded ? "bands" : ""};
     let pct = null, lo = null, hi = null;
@@ -117,7 +174,8 @@ const DP = (function () {
     }
     const basis = banded ? "bands" : "single run";
     if (banded && a.lo <= b.hi && b.lo <= a.hi) return {pct, lo, hi, verdict: "within noise", basis};
-    if (!banded && TIMING_TIERS.includes(tier)) return {pct, lo, hi, verdict: "single run", basis};
+    const tooFew = [runsOf(a), runsOf(b)].some(n => n != null && n < MIN_TIMING_RUNS);
+    if (timing && (!banded || tooFew)) return {pct, lo, hi, verdict: "single run", basis};
     if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
     const bWins = better === "higher" ? b.value > a.value : b.value < a.value;
     return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
@@ -137,7 +195,8 @@ const DP = (function () {
 
   function basisRank(c) {
     if (c.basis.startsWith("paired")) return 0;
-    return c.basis === "bands" ? 1 : 2;
+    if (c.basis.startsWith("repeats")) return 1;
+    return c.basis === "bands" ? 2 : 3;
   }
 
   function fmtPct(c) {

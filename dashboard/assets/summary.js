@@ -28,9 +28,12 @@
     const why = [cell.chart.title, "unit: " + cell.chart.unit, DP.BETTER_TEXT[cell.chart.better],
                  cell.change.basis === "single run" ? "single run per commit (no noise band)" :
                  cell.change.basis === "bands" ? "unpaired: noise bands (" + (cell.chart.series[0].band || "") + ")" :
-                 cell.change.basis.startsWith("paired") ? cell.change.basis + ": mean per-seed difference, 95 % interval" : ""];
+                 cell.change.basis.startsWith("paired") ? cell.change.basis + ": mean per-seed difference, 95 % interval" :
+                 cell.change.basis.startsWith("repeats") ? cell.change.basis +
+                   ": independent runs, unpaired: difference of means, Welch 95 % interval" +
+                   " (better / worse needs 3 runs a side)" : ""];
     td.title = why.filter(Boolean).join(" · ");
-    if (cell.change.basis === "single run" || cell.change.basis.startsWith("paired") || cell.change.basis === "bands") {
+    if (cell.change.basis === "single run" || /^(paired|repeats)/.test(cell.change.basis) || cell.change.basis === "bands") {
       td.appendChild(DP.el("div", {"class": "basis muted"}, cell.change.basis === "bands" ? "unpaired" : cell.change.basis));
     }
     return td;

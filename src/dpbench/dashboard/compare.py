@@ -1,7 +1,7 @@
 """Compare two commits metric by metric: change in %, its interval, and a verdict.
 
 The rules match the site's JavaScript (``dashboard/assets/dashboard.js``, ``changeOf``
-and ``summaryRows``), so the terminal (`dpbench compare`) and the pages agree:
+and ``summary``), so the terminal (`dpbench compare`) and the pages agree:
 
 - a side with no value → "not measured" (a value asv or a run file left null is absent,
   never 0); both values equal → "no change";
@@ -12,16 +12,32 @@ and ``summaryRows``), so the terminal (`dpbench compare`) and the pages agree:
   then [(B.lo − A.hi), (B.hi − A.lo)] / |A|;
 - a metric of the instrument's health ("instrument": client lateness, device idle, …) is
   "instrument" whatever it did: a validity check, never a verdict, listed last;
-- a timing-dependent tier (``metrics.TIMING_TIERS``: the server) with one run per side is
-  "single run": no verdict without repeats;
-- both sides carry per-seed samples of the same seeds (the same benchmark version and as
-  many samples: asv keeps them in seed order with ``--record-samples``) → **paired**: the
-  change is the mean of the per-seed differences B − A over the mean of A, with its 95 %
-  t interval (as ``dpbench twin sweep`` pairs its arms); "within noise" when that interval
-  holds 0. Pairing comes first: unpaired bands are the fallback where the seeds differ;
+- a timing-dependent tier (``metrics.TIMING_TIERS``: the server): its samples are
+  **repeats**, never paired (run k of commit A has nothing to do with run k of commit B,
+  whatever the seed set says). Both sides with at least 2 finite runs → the change is the
+  difference of means B − A over |mean A|, with its 95 % **Welch** t interval (standard
+  error √(s_A²/n_A + s_B²/n_B), Welch–Satterthwaite degrees of freedom rounded down to an
+  integer, as the pages' t table holds); "no change" when both sides are the same constant,
+  "within noise" when the interval holds 0. **A better / worse (or changed) verdict needs
+  ≥ 3 runs on each side** (``MIN_TIMING_RUNS``): with fewer it is "single run" (too few
+  runs for a verdict, a quiet row), its change and interval still given. A timing tier
+  with fewer than 2 runs on a side falls through to the rules below, and gets "single run"
+  where they would call a verdict without bands on both sides or with a side's recorded
+  runs under 3;
+- elsewhere, both sides carry per-seed samples of the same seeds (the same benchmark
+  version and as many samples: asv keeps them in seed order with ``--record-samples``) →
+  **paired**: the change is the mean of the per-seed differences B − A over the mean of A,
+  with its 95 % t interval (as ``dpbench twin sweep`` pairs its arms); "within noise" when
+  that interval holds 0. Pairing comes first: unpaired bands are the fallback where the
+  seeds differ;
 - otherwise the metric's direction decides "better" / "worse"; a metric with no
-  direction ("none") or an unknown one only "changed". ``basis`` says whether the
-  verdict rests on paired seeds ("paired, n seeds"), bands or a single run per side.
+  direction ("none") or an unknown one only "changed". ``basis`` says what the verdict
+  rests on: paired seeds ("paired, n seeds"), a timing tier's repeated runs ("repeats,
+  n_A + n_B runs"), bands ("bands") or a single run per side ("single run"); rows sort
+  in that order (``Change.basis_rank``).
+
+The t quantiles are the pages' too: exact for 1 … 100 degrees of freedom (the model's
+``t975``), 1.96 beyond (:func:`t975`).
 """
 
 from __future__ import annotations
@@ -44,6 +60,11 @@ VERDICT_ORDER = {
 }
 # hidden behind the page's toggle
 QUIET = ("within noise", "no change", "single run", "not measured", "instrument")
+# a timing tier's better / worse needs this many finite runs on each side
+MIN_TIMING_RUNS = 3
+# the pages carry Student's t 0.975 quantiles for 1 … T975_MAX_DF degrees of freedom
+# (dpbench.dashboard.model.T975) and take 1.96 beyond: the terminal does the same
+T975_MAX_DF = 100
 
 
 class CommitNotFound(LookupError):
@@ -79,15 +100,86 @@ def paired_with(a: Side, b: Side) -> list[tuple[float, float]] | None:
     return pairs if len(pairs) >= 2 else None
 
 
-def _paired_change(pairs: list[tuple[float, float]], better: str) -> Change:
+def t975(df: int) -> float:
+    """Student's t 0.975 quantile for an integer ``df`` ≥ 1, as the pages have it (their
+    ``T975`` table up to ``T975_MAX_DF``, then 1.96)."""
     from dpbench.twin.stats import t_quantile_975
 
+    return t_quantile_975(df) if df <= T975_MAX_DF else 1.96
+
+
+def _finite(samples: tuple[float | None, ...]) -> list[float]:
+    return [x for x in samples if x is not None and math.isfinite(x)]
+
+
+def runs_of(side: Side) -> int | None:
+    """How many finite runs a side recorded; None when it kept no samples."""
+    return None if side.samples is None else len(_finite(side.samples))
+
+
+def repeats_of(a: Side, b: Side) -> tuple[list[float], list[float]] | None:
+    """A timing tier's finite runs on each side, when both recorded at least 2: independent
+    repeats, compared unpaired whatever their seeds (see :func:`_repeats_change`)."""
+    if a.samples is None or b.samples is None:
+        return None
+    xa, xb = _finite(a.samples), _finite(b.samples)
+    return (xa, xb) if len(xa) >= 2 and len(xb) >= 2 else None
+
+
+def _mean_var(xs: list[float]) -> tuple[float, float]:
+    """Mean and sample variance, summed left to right as the pages' JavaScript sums."""
+    total = 0.0
+    for x in xs:
+        total += x
+    mean = total / len(xs)
+    ss = 0.0
+    for x in xs:
+        ss += (x - mean) * (x - mean)
+    return mean, ss / (len(xs) - 1)
+
+
+def _repeats_change(xa: list[float], xb: list[float], better: str) -> Change:
+    """Unpaired: difference of means B − A with its 95 % Welch interval (Welch–Satterthwaite
+    degrees of freedom, rounded down); better / worse only with ``MIN_TIMING_RUNS`` runs a
+    side, else "single run"."""
+    na, nb = len(xa), len(xb)
+    mean_a, var_a = _mean_var(xa)
+    mean_b, var_b = _mean_var(xb)
+    diff = mean_b - mean_a
+    basis = f"repeats, {na} + {nb} runs"
+    if diff == 0 and var_a == 0 and var_b == 0:
+        return Change(0.0, None, None, "no change", basis)
+    qa, qb = var_a / na, var_b / nb
+    se = math.sqrt(qa + qb)
+    half = 0.0
+    if se > 0:
+        den = qa * qa / (na - 1) + qb * qb / (nb - 1)
+        df = (qa + qb) * (qa + qb) / den if den > 0 else math.inf
+        # rounded down (the t table is by integer df); 1e-9 keeps an integer df computed as
+        # 3.9999999999 at 4
+        half = t975(math.floor(df + 1e-9) if math.isfinite(df) else T975_MAX_DF + 1) * se
+    pct = lo = hi = None
+    if mean_a != 0:
+        scale = abs(mean_a)
+        pct = diff / scale * 100
+        lo, hi = (diff - half) / scale * 100, (diff + half) / scale * 100
+    if diff - half <= 0 <= diff + half:
+        return Change(pct, lo, hi, "within noise", basis)
+    if min(na, nb) < MIN_TIMING_RUNS:
+        return Change(pct, lo, hi, "single run", basis)
+    if better not in ("higher", "lower"):
+        return Change(pct, lo, hi, "changed", basis)
+    b_wins = diff > 0 if better == "higher" else diff < 0
+    return Change(pct, lo, hi, "better" if b_wins else "worse", basis)
+
+
+def _paired_change(pairs: list[tuple[float, float]], better: str) -> Change:
     n = len(pairs)
     d = [y - x for x, y in pairs]
     mean_a = sum(x for x, _ in pairs) / n
     mean_d = sum(d) / n
     sd = math.sqrt(sum((v - mean_d) ** 2 for v in d) / (n - 1))
-    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    half = t975(n - 1) * sd / math.sqrt(n)
     basis = f"paired, {n} seeds"
     if mean_d == 0 and sd == 0:
         return Change(0.0, None, None, "no change", basis)
@@ -108,8 +200,8 @@ class Change:
     pct: float | None  # (B − A) / |A| × 100; None when A or B is missing, or A = 0 ≠ B
     lo: float | None  # interval of pct where both sides have bands
     hi: float | None
-    verdict: str  # better | worse | changed | within noise | no change | not measured
-    basis: str  # "paired, N seeds" | "bands" | "single run" | ""
+    verdict: str  # better | worse | changed | within noise | no change | single run | …
+    basis: str  # "paired, N seeds" | "repeats, NA + NB runs" | "bands" | "single run" | ""
 
     @property
     def size(self) -> float:
@@ -129,10 +221,13 @@ class Change:
 
     @property
     def basis_rank(self) -> int:
-        """Paired seeds before unpaired bands before single runs."""
+        """Paired seeds (0) before a timing tier's repeats (1), unpaired bands (2), and single
+        runs or no basis (3)."""
         if self.basis.startswith("paired"):
             return 0
-        return 1 if self.basis == "bands" else 2
+        if self.basis.startswith("repeats"):
+            return 1
+        return 2 if self.basis == "bands" else 3
 
 
 def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Change:
@@ -141,9 +236,15 @@ def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Ch
     if better == "instrument":
         pct = (b.value - a.value) / abs(a.value) * 100 if a.value != 0 else None
         return Change(pct, None, None, "instrument", "")
-    pairs = paired_with(a, b)
-    if pairs is not None:
-        return _paired_change(pairs, better)
+    timing = tier in metrics.TIMING_TIERS
+    if timing:  # repeats of one measurement, never paired
+        reps = repeats_of(a, b)
+        if reps is not None:
+            return _repeats_change(*reps, better)
+    else:
+        pairs = paired_with(a, b)
+        if pairs is not None:
+            return _paired_change(pairs, better)
     if a.value == b.value:
         return Change(0.0, None, None, "no change", "bands" if a.banded and b.banded else "")
     banded = a.banded and b.banded
@@ -157,12 +258,17 @@ def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Ch
     basis = "bands" if banded else "single run"
     if banded and a.lo <= b.hi and b.lo <= a.hi:  # type: ignore[operator]
         return Change(pct, lo, hi, "within noise", basis)
-    if not banded and tier in metrics.TIMING_TIERS:
+    if timing and (not banded or _too_few_runs(a, b)):
         return Change(pct, lo, hi, "single run", basis)
     if better not in ("higher", "lower"):
         return Change(pct, lo, hi, "changed", basis)
     b_wins = b.value > a.value if better == "higher" else b.value < a.value
     return Change(pct, lo, hi, "better" if b_wins else "worse", basis)
+
+
+def _too_few_runs(a: Side, b: Side) -> bool:
+    """A side recorded its runs, and fewer than a timing tier's verdict needs."""
+    return any(n is not None and n < MIN_TIMING_RUNS for n in (runs_of(a), runs_of(b)))
 
 
 def fmt_pct(c: Change) -> str:
@@ -233,8 +339,8 @@ def side_at(series: dict[str, Any], index: int) -> Side | None:
 
 def sort_key(row: Row) -> tuple[int, int, float, float, str]:
     """Most significant first: worse, better, changed, then quiet rows; within a verdict, paired
-    changes before unpaired and single-run ones, each by significance (change over its
-    interval), then by size."""
+    changes, then a timing tier's repeats, then unpaired bands, then single runs
+    (``Change.basis_rank``), each by significance (change over its interval), then by size."""
     c = row.change
     return (
         VERDICT_ORDER[row.verdict],

@@ -90,7 +90,7 @@ def _cell(chart: dict, a: Side | None, b: Side | None, change: Change) -> Text:
     text.append(change.verdict, style=VERDICT_STYLE.get(change.verdict, "dim"))
     if change.basis == "single run" and change.verdict in ("better", "worse", "changed"):
         text.append(" (single run)", style="dim")
-    elif change.basis.startswith("paired"):
+    elif change.basis.startswith(("paired", "repeats")):
         text.append(f" ({change.basis})", style="dim")
     return text
 
@@ -225,7 +225,7 @@ def compare_command(
             " (single run)"
             if r.change.basis == "single run" and r.verdict not in QUIET
             else f" ({r.change.basis})"
-            if r.change.basis.startswith("paired")
+            if r.change.basis.startswith(("paired", "repeats"))
             else ""
         )
         cells = (
