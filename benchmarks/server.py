@@ -295,6 +295,60 @@ def _require_hookable() -> None:
         raise NotImplementedError(f"cannot simulate this SGLang's forward: {verdict['error']}")
 
 
+# Each published server setting is replayed SIM_REPLAYS times against one SGLang start-up,
+# its caches flushed between replays (dpbench.server.run.execute_replays): a start-up costs
+# as much as a replay on two cores, and one run's spread is as large as the effects. asv
+# keeps each replay's value (--record-samples); comparisons treat them as repeats (Welch),
+# never as seeds to pair. The delayer-off control runs on demand (SimulatedRooflineServeControl).
+SIM_REPLAYS = 3
+# what a broken instrument limit spoils (dpbench.server.health): a replay whose instrument
+# spoiled a metric's scope is left out of that metric's samples
+_DECISIONS = (
+    "dp_mixed",
+    "decode_rank",
+    "dp_coop",
+    "delayer_",
+    "kv_pool",
+    "rank_",
+    "steps_",
+    "false_",
+)
+_SCHEDULING = ("scheduler_ttft", "simulated_step")
+_CLIENT = (
+    "ttft",
+    "tpot",
+    "itl",
+    "e2e",
+    "goodput",
+    "request_throughput",
+    "output_tokens",
+    "prefix_hit",
+)
+_INSTRUMENT = ("device_idle", "pickup", "first_token_return", "server_startup", "errors")
+
+
+def _scope(name: str) -> str | None:
+    if name.startswith(_INSTRUMENT):
+        return None  # the instrument's own readings: always kept
+    if name.startswith(_DECISIONS):
+        return "decisions"
+    if name.startswith(_SCHEDULING):
+        return "scheduling"
+    if name.startswith(_CLIENT):
+        return "client"
+    return None
+
+
+def _kept(result: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a replay: its metrics and its instrument's verdicts."""
+    return {"metrics": result["metrics"], "health": result["extra"]["instrument_health"]}
+
+
+def _samples(values: list[float]) -> Any:
+    seen = [float(v) for v in values if v == v]  # NaN: not measured in that replay
+    return {"samples": seen, "number": 1} if seen else float("nan")
+
+
 class SimulatedRooflineServe:
     """executor: simulated, cost model: roofline. SGLang's real DP-attention server on a CPU
     (HTTP, tokenizer manager, DP controller, schedulers, PrefillDelayer, radix cache,
@@ -307,18 +361,16 @@ class SimulatedRooflineServe:
     run did not measure (the delayer's, with it off) is NaN, never 0.
     """
 
-    params: ClassVar[tuple[list[Any], ...]] = (
-        list(get_args(SimSpec)),
-        SIM_DP_SIZES,
-        list(get_args(DelayerMode)),
-    )
+    params: ClassVar[tuple[list[Any], ...]] = (list(get_args(SimSpec)), SIM_DP_SIZES, ["on"])
     param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
     timeout = 3600
-    version = "server-simulated-roofline-3"  # 3: virtual device (overlap hides CPU work)
+    # 3: virtual device (overlap hides CPU work); 4: SIM_REPLAYS replays against one server
+    # (caches flushed between), asv samples over the healthy ones; delayer on only
+    version = "server-simulated-roofline-4"
 
     def setup_cache(self) -> dict[str, Any]:
         from dpbench import faults
-        from dpbench.server.run import RunOptions, execute, prepare
+        from dpbench.server.run import RunOptions, execute_replays, prepare
 
         faults.inject_if_requested("server-sim")
         try:
@@ -336,9 +388,10 @@ class SimulatedRooflineServe:
                 python=sys.executable,
                 check_gpus=False,
             )
-            result = execute(prepare(opts))
-            save_run("server", _sim_key(spec, dp, delayer), result)
-            return {"metrics": result["metrics"]}
+            runs = execute_replays(prepare(opts), SIM_REPLAYS)
+            for k, result in enumerate(runs):
+                save_run("server", f"{_sim_key(spec, dp, delayer)}-r{k}", result)
+            return {"runs": [_kept(r) for r in runs]}
 
         return cache_settings(
             (_sim_key(s, dp, d), lambda s=s, dp=dp, d=d: one(s, dp, d))
@@ -350,13 +403,27 @@ class SimulatedRooflineServe:
     setup_cache.timeout = 3600
 
     def setup(self, cache: dict[str, Any], spec: str, dp_size: int, delayer: str) -> None:
-        self.result = cached(cache, _sim_key(spec, dp_size, delayer))
+        self.runs = cached(cache, _sim_key(spec, dp_size, delayer))["runs"]
         self.delayer = delayer
 
-    def _m(self, name: str) -> float:
+    def _m(self, name: str) -> Any:
+        """The metric over the replays whose instrument was healthy for it (asv samples, in
+        replay order: repeats, never paired with another commit's); NaN when none was."""
         if name in SIM_DELAYER_ONLY:
-            return delayer_metric(self.result, name, self.delayer)
-        return metric(self.result, name)
+            if self.delayer == "off":
+                return float("nan")  # not measured (delayer off): absent, never 0
+            values = [delayer_metric(r, name, self.delayer) for r in self._valid(name)]
+        else:
+            values = [metric(r, name) for r in self._valid(name)]
+        return _samples(values)
+
+    def _opt(self, name: str) -> Any:
+        """As :meth:`_m` for a metric a run may leave out (not measured: absent)."""
+        return _samples([optional_metric(r, name) for r in self._valid(name)])
+
+    def _valid(self, name: str) -> list[dict[str, Any]]:
+        scope = _scope(name)
+        return [r for r in self.runs if scope is None or r["health"].get(f"{scope}_valid", True)]
 
     def track_dp_mixed_step_fraction(self, cache, spec, dp_size, delayer) -> float:
         return self._m("dp_mixed_step_fraction")
@@ -371,14 +438,14 @@ class SimulatedRooflineServe:
     def track_decode_rank_time_beside_prefill_fraction(
         self, cache, spec, dp_size, delayer
     ) -> float:
-        return optional_metric(self.result, "decode_rank_time_beside_prefill_fraction")
+        return self._opt("decode_rank_time_beside_prefill_fraction")
 
     track_decode_rank_time_beside_prefill_fraction.unit = "fraction"
 
     def track_dp_coop_decode_tokens_beside_prefill_fraction(
         self, cache, spec, dp_size, delayer
     ) -> float:
-        return optional_metric(self.result, "dp_coop_decode_tokens_beside_prefill_fraction")
+        return self._opt("dp_coop_decode_tokens_beside_prefill_fraction")
 
     track_dp_coop_decode_tokens_beside_prefill_fraction.unit = "fraction"
 
@@ -443,12 +510,12 @@ class SimulatedRooflineServe:
     track_kv_pool_occupied_max.unit = "fraction (evictable entries included)"
 
     def track_device_idle_fraction(self, cache, spec, dp_size, delayer) -> float:
-        return optional_metric(self.result, "device_idle_fraction")
+        return self._opt("device_idle_fraction")
 
     track_device_idle_fraction.unit = "fraction (virtual device idle between busy steps)"
 
     def track_pickup_ms_p50(self, cache, spec, dp_size, delayer) -> float:
-        return optional_metric(self.result, "pickup_ms_p50")
+        return self._opt("pickup_ms_p50")
 
     track_pickup_ms_p50.unit = "ms (client send → the scheduler takes the request in)"
 
@@ -458,24 +525,33 @@ class SimulatedRooflineServe:
     track_simulated_step_ms_p50.unit = "ms"
 
     def track_scheduler_ttft_ms_p50(self, cache, spec, dp_size, delayer) -> float:
-        return optional_metric(self.result, "scheduler_ttft_ms_p50")
+        return self._opt("scheduler_ttft_ms_p50")
 
     track_scheduler_ttft_ms_p50.unit = "ms (first token computed − planned send: the twin's TTFT)"
 
     def track_first_token_return_ms_p99(self, cache, spec, dp_size, delayer) -> float:
-        return optional_metric(self.result, "first_token_return_ms_p99")
+        return self._opt("first_token_return_ms_p99")
 
     track_first_token_return_ms_p99.unit = "ms (first token computed → read by the client)"
 
     def track_rank_tokens_imbalance(self, cache, spec, dp_size, delayer) -> float:
-        return optional_metric(self.result, "rank_tokens_imbalance")
+        return self._opt("rank_tokens_imbalance")
 
     track_rank_tokens_imbalance.unit = "max/mean over DP ranks"
 
     def track_rank_idle_while_others_wait_fraction(self, cache, spec, dp_size, delayer) -> float:
-        return optional_metric(self.result, "rank_idle_while_others_wait_fraction")
+        return self._opt("rank_idle_while_others_wait_fraction")
 
     track_rank_idle_while_others_wait_fraction.unit = "fraction of working steps"
+
+
+class SimulatedRooflineServeControl(SimulatedRooflineServe):
+    """The delayer-off control of ``SimulatedRooflineServe`` (same settings, SGLang's
+    PrefillDelayer off): run on demand, `asv run -b SimulatedRooflineServeControl`; the main
+    job's delayer-off controls are the twin's."""
+
+    params: ClassVar[tuple[list[Any], ...]] = (list(get_args(SimSpec)), SIM_DP_SIZES, ["off"])
+    version = "server-simulated-roofline-control-1"
 
 
 TRACE_SIM_SPEC = "mooncake-conversation-small"  # 48 requests of a Mooncake window, DP 2
@@ -489,10 +565,10 @@ class SimulatedProductionTrace(SimulatedRooflineServe):
     The main job runs it on the placement change's pair (one SGLang start-up per commit)."""
 
     params: ClassVar[tuple[list[Any], ...]] = ([TRACE_SIM_SPEC], [2], ["on"])
-    version = "server-simulated-production-trace-1"
+    version = "server-simulated-production-trace-2"  # 2: SIM_REPLAYS flushed replays
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench.server.run import RunOptions, execute, prepare
+        from dpbench.server.run import RunOptions, execute_replays, prepare
 
         from .workloads import trace_path
 
@@ -511,19 +587,20 @@ class SimulatedProductionTrace(SimulatedRooflineServe):
                 python=sys.executable,
                 check_gpus=False,
             )
-            result = execute(prepare(opts))
-            save_run("server", f"simulated-production-trace-{TRACE_SIM_SPEC}-dp2", result)
-            return {"metrics": result["metrics"]}
+            runs = execute_replays(prepare(opts), SIM_REPLAYS)
+            for k, result in enumerate(runs):
+                save_run("server", f"simulated-production-trace-{TRACE_SIM_SPEC}-dp2-r{k}", result)
+            return {"runs": [_kept(r) for r in runs]}
 
         return cache_settings([(TRACE_SIM_SPEC, one)])
 
     setup_cache.timeout = 3600
 
     def setup(self, cache: dict[str, Any], spec: str, dp_size: int, delayer: str) -> None:
-        self.result = cached(cache, spec)
+        self.runs = cached(cache, spec)["runs"]
         self.delayer = delayer
 
     def track_prefix_hit_rate(self, cache, spec, dp_size, delayer) -> float:
-        return optional_metric(self.result, "prefix_hit_rate")
+        return self._opt("prefix_hit_rate")
 
     track_prefix_hit_rate.unit = "fraction of prompt tokens SGLang found cached"

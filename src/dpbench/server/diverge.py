@@ -143,7 +143,9 @@ def server_steps(run: dict[str, Any]) -> list[Step]:
     dp = int(extra.get("server_config", {}).get("dp_size", 0))
     if not where or dp < 1:
         raise DivergeError("not a simulated-forward server run (no extra.step_records_dir)")
-    ids = set(extra.get("scheduler_arrivals") or ())
+    replay = extra.get("replay") or {}  # one of several replays against one server
+    suffix, t_end = replay.get("rid_suffix", ""), replay.get("to_t")
+    ids = {i + suffix for i in extra.get("scheduler_arrivals") or ()}
     arrivals = [
         rec["t"]
         for r in range(dp)
@@ -171,7 +173,9 @@ def server_steps(run: dict[str, Any]) -> list[Step]:
     steps = []
     for p in sorted(k for k in by_pass if k >= first):
         recs = by_pass[p]
-        steps.append(_normalise([_server_pass(recs.get(r)) for r in range(dp)]))
+        if t_end is not None and any(x["t"] >= t_end for x in recs.values()):
+            break  # the next replay's passes
+        steps.append(_normalise([_server_pass(recs.get(r), suffix) for r in range(dp)]))
     return steps
 
 
@@ -181,7 +185,11 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return _jsonl(path)  # a torn last line (a killed rank) is dropped there
 
 
-def _server_pass(rec: dict[str, Any] | None) -> RankPass:
+def _server_pass(rec: dict[str, Any] | None, suffix: str = "") -> RankPass:
+    """A pass record as the finder compares it; request ids as the trace's (a replay after
+    the first sent each as ``<id><suffix>``)."""
+    from dpbench.server.run import trace_id
+
     if rec is None:  # not written: nothing waiting, running or chunked, no batch
         return RankPass(kind="none", waiting=0, running=0, chunked=None)
     reason = None
@@ -191,9 +199,9 @@ def _server_pass(rec: dict[str, Any] | None) -> RankPass:
         kind=rec["kind"],
         waiting=int(rec["waiting"]),
         running=int(rec["running"]),
-        chunked=rec["chunked"],
+        chunked=None if rec["chunked"] is None else trace_id(rec["chunked"], suffix),
         bs=int(rec["bs"]),
-        admitted=tuple(rec["admitted"]),
+        admitted=tuple(trace_id(i, suffix) for i in rec["admitted"]),
         usage=rec.get("usage"),
         reported=rec.get("reported"),
         allow=rec.get("allow"),

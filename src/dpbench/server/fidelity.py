@@ -173,6 +173,14 @@ class Inputs:
             "stem": lambda v: None,  # each repeat has its own file: -server-r<i>
         },
     )
+    flush_replays: bool = field(
+        default=False,
+        metadata={
+            "help": "run the repeats as replays against one server, SGLang's caches flushed "
+            "(/flush_cache) between them, instead of a fresh server each: one start-up",
+            "stem": lambda v: "flushed" if v else None,
+        },
+    )
     dispatch: ServerDispatch = field(
         default="round_robin",
         metadata={
@@ -267,9 +275,27 @@ def run_twin(
 
 
 def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
-    from dpbench.server.run import RunOptions, execute, prepare
+    from dpbench.server.run import execute, prepare
 
-    opts = RunOptions(
+    result = execute(prepare(server_options(inp, log_dir)))
+    results.save(out, result)
+    return result
+
+
+def run_server_replays(inp: Inputs, outs: list[Path], log_dir: Path) -> list[dict[str, Any]]:
+    """Every repeat as a replay against one server, its caches flushed between replays."""
+    from dpbench.server.run import execute_replays, prepare
+
+    runs = execute_replays(prepare(server_options(inp, log_dir)), len(outs))
+    for out, result in zip(outs, runs, strict=True):
+        results.save(out, result)
+    return runs
+
+
+def server_options(inp: Inputs, log_dir: Path) -> Any:
+    from dpbench.server.run import RunOptions
+
+    return RunOptions(
         spec=inp.spec,
         dp_size=inp.dp,
         delayer=inp.delayer,
@@ -280,9 +306,6 @@ def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
         dispatch=inp.dispatch,
         log_dir=str(log_dir),
     )
-    result = execute(prepare(opts))
-    results.save(out, result)
-    return result
 
 
 def check_complete(server: dict[str, Any], path: Path) -> None:
@@ -315,11 +338,13 @@ def server_idle_pass_ms(server: dict[str, Any], dp: int) -> float:
 
     extra = server.get("extra", {})
     where = extra.get("step_records_dir")
-    ids = set(extra.get("scheduler_arrivals") or ())
+    replay = extra.get("replay") or {}  # one of several replays against one server
+    suffix = replay.get("rid_suffix", "")
+    ids = {i + suffix for i in extra.get("scheduler_arrivals") or ()}
     t0 = first_arrival(where, dp, ids) if where and ids else None
     if t0 is None:
         return math.nan
-    m = read_idle_passes(where, dp, t0).get("idle_pass_ms_mean")
+    m = read_idle_passes(where, dp, t0, replay.get("to_t")).get("idle_pass_ms_mean")
     return m.value if m is not None else math.nan
 
 
@@ -421,12 +446,15 @@ def run(
     twin = run_twin(inp, out_dir / f"{stem}-twin.json", python)
     t_twin = time.monotonic() - t0
     paths = [out_dir / f"{stem}-server-r{i}.json" for i in range(inp.repeats)]
-    servers = [
-        results.load(path)
-        if reuse_server_runs and path.is_file()
-        else run_server(inp, path, out_dir / "server-logs")
-        for path in paths
-    ]
+    if inp.flush_replays and not (reuse_server_runs and all(p.is_file() for p in paths)):
+        servers = run_server_replays(inp, paths, out_dir / "server-logs")
+    else:
+        servers = [
+            results.load(path)
+            if reuse_server_runs and path.is_file()
+            else run_server(inp, path, out_dir / "server-logs")
+            for path in paths
+        ]
     for path, srv in zip(paths, servers, strict=True):
         check_complete(srv, path)
     replay_paths = [out_dir / f"{stem}-twin-replay-r{i}.json" for i in range(inp.repeats)]

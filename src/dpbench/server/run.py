@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -561,7 +561,62 @@ def execute(
     Raises :class:`RunIncomplete` (carrying the partial result) when a server process
     died during the run, and :class:`ServerStartError` when it never became ready.
     """
+    return execute_replays(prep, 1, on_done=on_done, log_path=log_path)[0]
+
+
+# A replay after the first sends its requests as ``<trace id>~<k>``: SGLang's records (and
+# the stand-in's) keep each replay's requests apart; the run result maps them back.
+REPLAY_RID_SEP = "~"
+
+
+def replay_suffix(index: int) -> str:
+    return f"{REPLAY_RID_SEP}{index}" if index else ""
+
+
+def trace_id(rid: str, suffix: str) -> str:
+    """The trace's request id of a replay's ``rid``."""
+    return rid[: -len(suffix)] if suffix and rid.endswith(suffix) else rid
+
+
+@dataclass
+class _Replay:
+    """What one replay against the running server measured, before it is turned into a run result."""
+
+    index: int
+    suffix: str
+    requests: list[GenerateRequest]
+    request_func: Any
+    load: Any
+    t_load: float
+    t_end: float
+    before: Any
+    after: Any
+    pressure: float | None
+    waited: float | None
+    died: str | None
+
+
+def execute_replays(
+    prep: Prepared,
+    replays: int,
+    *,
+    on_done: Callable[[RequestOutcome], None] | None = None,
+    log_path: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """Start the server once and replay the trace ``replays`` times against it, emptying
+    SGLang's caches (``/flush_cache``: radix cache, KV pool, request slots) between replays;
+    one run result per replay, each with its own metrics, step window and instrument health.
+
+    A start-up costs as much as a small replay on two cores, so repeated runs of one setting
+    share it. A flushed server is not a fresh process: the DP controller's round-robin
+    position and warmed Python state carry over (each result says which replay it was,
+    ``extra.replay``). Raises :class:`RunIncomplete` with the replay in which a server process
+    died (earlier replays' results on ``exc.results``), :class:`ServerStartError` when it
+    never became ready.
+    """
     opts, cfg = prep.options, prep.config
+    if replays < 1:
+        raise RunOptionsError(f"replays must be ≥ 1, got {replays}")
     if cfg.node_rank != 0:
         raise ServerRunError(
             f"node_rank={cfg.node_rank}: the load is driven from node 0; on the other nodes start SGLang with "
@@ -589,41 +644,112 @@ def execute(
     if opts.simulate_forward:
         env = sim_launch_env(prep, log)
         _, executor = _sim_setup(prep, run_dir)
-    died: str | None = None
     ready_s = float("nan")
-    load = None
-    before = after = None
-    t_load = time.monotonic()
-    request_func = routed_requests(prep.route_keys, cfg.dp_size)
+    done: list[_Replay] = []
     with ServerProcess(prep.command, base_url=base_url, log_path=log, env=env) as server:
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
-        before = scrape(base_url)
-        t_load = time.monotonic()
-        psi_before = cpu_pressure_total_us()
-        server_pids = group_members(server.pgid)
-        waited_before = run_delay_ns(server_pids)
-        with _RankWatch(server) as watch:
-            load = run_load(
-                drive(
-                    prep.requests,
-                    prep.schedule,
-                    base_url=base_url,
-                    on_done=on_done,
+        for k in range(replays):
+            if k:
+                from dpbench.sglang_compat.server import flush_cache
+
+                try:
+                    flush_cache(base_url)
+                except RuntimeError as exc:
+                    raise ServerRunError(f"replay {k} of {replays}: {exc}") from None
+            suffix = replay_suffix(k)
+            requests = [r if not suffix else replace(r, id=r.id + suffix) for r in prep.requests]
+            route_keys = (
+                None
+                if prep.route_keys is None
+                else {r.id: prep.route_keys[trace_id(r.id, suffix)] for r in requests}
+            )
+            request_func = routed_requests(route_keys, cfg.dp_size)
+            before = scrape(base_url)
+            t_load = time.monotonic()
+            psi_before = cpu_pressure_total_us()
+            server_pids = group_members(server.pgid)
+            waited_before = run_delay_ns(server_pids)
+            with _RankWatch(server) as watch:
+                load = run_load(
+                    drive(
+                        requests,
+                        prep.schedule,
+                        base_url=base_url,
+                        on_done=on_done,
+                        request_func=request_func,
+                        read_timeout_s=opts.client_read_timeout_s,
+                    )
+                )
+            t_end = time.monotonic()
+            load_wall = t_end - t_load
+            done.append(
+                _Replay(
+                    index=k,
+                    suffix=suffix,
+                    requests=requests,
                     request_func=request_func,
-                    read_timeout_s=opts.client_read_timeout_s,
+                    load=load,
+                    t_load=t_load,
+                    t_end=t_end,
+                    before=before,
+                    after=scrape(base_url) if watch.died is None else None,
+                    pressure=cpu_pressure_fraction(psi_before, cpu_pressure_total_us(), load_wall),
+                    waited=run_queue_wait_fraction(
+                        waited_before, run_delay_ns(server_pids), load_wall
+                    ),
+                    died=watch.died,
                 )
             )
-        load_wall = time.monotonic() - t_load
-        pressure = cpu_pressure_fraction(psi_before, cpu_pressure_total_us(), load_wall)
-        waited = run_queue_wait_fraction(waited_before, run_delay_ns(server_pids), load_wall)
-        died = watch.died
-        if died is None:
-            after = scrape(base_url)
+            if watch.died is not None:
+                break
+    results = []
+    for i, rep in enumerate(done):
+        until = done[i + 1].t_load if i + 1 < len(done) else None
+        started = t0 if i == 0 else done[i - 1].t_end
+        results.append(
+            _replay_result(
+                prep, rep, replays, until, ready_s, log, run_dir, executor, provenance, notes,
+                wall_s=rep.t_end - started,
+            )
+        )  # fmt: skip
+    if done[-1].died is not None:
+        exc = RunIncomplete(
+            f"the server lost {done[-1].died} during the run; partial result kept (marked "
+            f"incomplete); server log: {log}",
+            results[-1],
+        )
+        exc.results = results[:-1]  # type: ignore[attr-defined]
+        raise exc
+    return results
+
+
+def _replay_result(
+    prep: Prepared,
+    rep: _Replay,
+    replays: int,
+    until: float | None,
+    ready_s: float,
+    log: Path,
+    run_dir: Path,
+    executor: dict[str, Any],
+    provenance: dict[str, Any],
+    notes: list[str],
+    *,
+    wall_s: float,
+) -> dict[str, Any]:
+    """One replay's run result: client metrics, the server's counters between its scrapes,
+    and (simulated forward) its window of the stand-in's records, from its first request's
+    send to the next replay's."""
+    opts, cfg = prep.options, prep.config
+    load, died, suffix = rep.load, rep.died, rep.suffix
+    notes = list(notes)
     metrics: dict[str, Metric] = {**summarize(load, opts.slo)}
-    if pressure is not None:  # this machine's contention during the load (instrument health)
-        metrics["cpu_pressure_fraction"] = Metric(pressure, "fraction of wall time", "lower")
-    if waited is not None:  # how much the machine delayed the server's own processes
-        metrics["server_run_queue_wait_fraction"] = Metric(waited, "fraction of wall time", "lower")
+    if rep.pressure is not None:  # this machine's contention during the load (instrument health)
+        metrics["cpu_pressure_fraction"] = Metric(rep.pressure, "fraction of wall time", "lower")
+    if rep.waited is not None:  # how much the machine delayed the server's own processes
+        metrics["server_run_queue_wait_fraction"] = Metric(
+            rep.waited, "fraction of wall time", "lower"
+        )
     extra: dict[str, Any] = {
         "executor": executor,
         "command": prep.command,
@@ -637,14 +763,29 @@ def execute(
         "dispatch": prep.options.dispatch,
         "server_log": str(log),
     }
-    if hasattr(request_func, "decisions"):  # the rank the load client routed each request to
-        extra["routed_dp_ranks"] = dict(request_func.decisions)
+    if replays > 1:
+        extra["replay"] = {
+            "index": rep.index,
+            "of": replays,
+            "flushed_before": rep.index > 0,  # /flush_cache after the previous replay
+            "rid_suffix": suffix,  # what this replay appended to each trace id
+            "from_t": rep.t_load,  # its window of the stand-in's records (monotonic)
+            "to_t": until,
+        }
+        notes.append(
+            f"replay {rep.index + 1} of {replays} against one server"
+            + (" (caches flushed after the previous replay)" if rep.index else "")
+        )
+    if hasattr(rep.request_func, "decisions"):  # the rank the load client routed each request to
+        extra["routed_dp_ranks"] = {
+            trace_id(i, suffix): r for i, r in rep.request_func.decisions.items()
+        }
     if prep.spec.trace is not None:  # what the import kept, cut and dropped (window = seed)
         from dpbench.workload.trace import import_spec_trace
 
         extra["trace_import"] = import_spec_trace(prep.spec)[1].as_dict()
-    if after is not None and before is not None:
-        srv = server_metrics(before, after)
+    if rep.after is not None and rep.before is not None:
+        srv = server_metrics(rep.before, rep.after)
         metrics.update(srv.as_metrics())
         extra["server_metrics"] = asdict(srv)
     metrics["server_startup_s"] = Metric(ready_s, "s", "lower")
@@ -658,15 +799,19 @@ def execute(
             read_records,
             read_step_waiting,
             scheduler_latency,
-            since,
             since_index,
             summarise,
+            window,
         )
 
+        t_load = rep.t_load
+        records: list[list[dict[str, Any]]] = []
+        first_step = last_step = None
         try:
             all_records = read_records(step_dir(opts, run_dir), cfg.dp_size)
             first_step = since_index(all_records, t_load)
-            records = since(all_records, t_load)
+            last_step = since_index(all_records, until) if until is not None else None
+            records = window(all_records, t_load, until)
             step_metrics, table = summarise(records)
         except StepRecordError as exc:
             if died is None and cfg.nnodes == 1:
@@ -684,10 +829,10 @@ def execute(
         sent = {o.id: o.start_s for o in load.outcomes if o.start_s}
         arrivals, pickup = read_arrivals(step_dir(opts, run_dir), cfg.dp_size, sent, load.t0)
         metrics.update(pickup)
-        metrics.update(read_idle_passes(step_dir(opts, run_dir), cfg.dp_size, t_load))
+        metrics.update(read_idle_passes(step_dir(opts, run_dir), cfg.dp_size, t_load, until))
         offsets = prep.schedule.offsets_s
         planned = (
-            {r.id: load.t0 + float(off) for r, off in zip(prep.requests, offsets, strict=True)}
+            {r.id: load.t0 + float(off) for r, off in zip(rep.requests, offsets, strict=True)}
             if offsets is not None
             else sent
         )
@@ -696,12 +841,13 @@ def execute(
         }
         first = read_first_tokens(step_dir(opts, run_dir), cfg.dp_size)
         metrics.update(scheduler_latency(first, planned, received))
-        # when each request reached its scheduler and which DP rank: the twin can replay these
-        extra["scheduler_arrivals"] = arrivals
+        # when each request reached its scheduler and which DP rank (by trace id): the twin
+        # can replay these
+        extra["scheduler_arrivals"] = {trace_id(i, suffix): v for i, v in arrivals.items()}
         if "steps" in extra:  # rank balance (dpbench.balance): the twin's definitions
             waiting = read_step_waiting(step_dir(opts, run_dir), cfg.dp_size)
             if waiting is not None and first_step is not None:
-                waiting = [w[first_step:] for w in waiting]
+                waiting = [w[first_step:last_step] for w in waiting]
             given = Counter(rank for _, rank in arrivals.values())
             balance, extra["rank_balance"] = rank_balance_of(
                 records, waiting, [given.get(r, 0) for r in range(cfg.dp_size)]
@@ -716,7 +862,7 @@ def execute(
         sglang=provenance["sglang"],
         placement=provenance.get("placement"),
         metrics=metrics,
-        wall_time_s=time.monotonic() - t0,
+        wall_time_s=wall_s,
         # "spec": the name or path it was given, so a replay (the divergence finder) loads it
         workload={"name": prep.spec.name, "hash": prep.spec_hash, "spec": opts.spec},
         notes=notes,
@@ -730,10 +876,4 @@ def execute(
     result["extra"]["instrument_health"] = check(result).as_dict()
     for line in result["extra"]["instrument_health"]["broken"]:
         result["notes"].append(f"instrument: {line}")
-    if died is not None:
-        raise RunIncomplete(
-            f"the server lost {died} during the run; partial result kept (marked incomplete); "
-            f"server log: {log}",
-            result,
-        )
     return result

@@ -84,6 +84,19 @@ def since(records: list[list[dict[str, Any]]], t0: float) -> list[list[dict[str,
     return [rows[first:] for rows in records]
 
 
+def window(
+    records: list[list[dict[str, Any]]], t0: float, t1: float | None = None
+) -> list[list[dict[str, Any]]]:
+    """The steps from the first one any rank started at or after ``t0`` up to (not including)
+    the first one any rank started at or after ``t1`` (None: to the end): one replay's steps
+    when several replays ran against one server."""
+    first = since_index(records, t0)
+    if first is None:
+        return [[] for _ in records]
+    last = since_index(records, t1) if t1 is not None else None
+    return [rows[first:last] for rows in records]
+
+
 def read_step_waiting(record_dir: str | Path, dp_size: int) -> list[list[int]] | None:
     """Per rank, per step record: the requests waiting when the pass that chose that step's
     forward began (``passes-rank<N>.jsonl``, its forward-running passes line up one to one
@@ -305,11 +318,17 @@ def scheduler_latency(
     return m
 
 
-def read_idle_passes(record_dir: str | Path, dp_size: int, t0: float) -> dict[str, Metric]:
+def read_idle_passes(
+    record_dir: str | Path, dp_size: int, t0: float, t1: float | None = None
+) -> dict[str, Metric]:
     """How long SGLang's event loop took to come round when no rank ran a batch while one had
-    requests waiting (``idle-passes-rank<N>.jsonl``, passes from ``t0`` on): the twin's
-    idle-pass time, measured. Absent when no such pass happened."""
-    secs = [rec["s"] for _, rec in _per_rank(record_dir, "idle-passes", dp_size) if rec["t"] >= t0]
+    requests waiting (``idle-passes-rank<N>.jsonl``, passes from ``t0`` on, before ``t1``
+    when given): the twin's idle-pass time, measured. Absent when no such pass happened."""
+    secs = [
+        rec["s"]
+        for _, rec in _per_rank(record_dir, "idle-passes", dp_size)
+        if rec["t"] >= t0 and (t1 is None or rec["t"] < t1)
+    ]
     if not secs:
         return {}
     ms = np.array(secs) * 1e3

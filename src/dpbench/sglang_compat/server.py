@@ -366,3 +366,35 @@ def help_digest(flags: ServerFlags) -> str:
 # DataParallelController.maybe_external_dp_rank_routing of each; 0.5.23 also accepts the
 # deprecated ``data_parallel_rank`` and maps it onto ``routed_dp_rank``).
 ROUTED_DP_RANK_FIELD = "routed_dp_rank"
+
+
+# Emptying a running server between replays: ``/flush_cache`` (GET or POST) resets every DP
+# rank's radix cache, request-to-token pool and KV allocator, and answers 200 only when every
+# scheduler was fully idle (no running, waiting or chunked request, no batch in flight), else
+# 400 with the reason; ``?timeout=S`` waits up to S seconds for that idle state. Read off
+# http_server.py and Scheduler.flush_cache of 0.5.16, 0.5.17 and 0.5.23 (the same in all three).
+# What it does not reset: the new-token ratio (SGLang resets it itself on every idle pass),
+# the DP controller's round-robin position, and the server's metric counters' totals.
+FLUSH_CACHE_PATH = "/flush_cache"
+
+
+def flush_cache(base_url: str, *, timeout_s: float = 60.0) -> None:
+    """Flush a running SGLang server's caches, waiting up to ``timeout_s`` for it to go idle;
+    raises RuntimeError with SGLang's reason when it would not."""
+    import urllib.error
+    import urllib.request
+
+    url = f"{base_url.rstrip('/')}{FLUSH_CACHE_PATH}?timeout={timeout_s:g}"
+    req = urllib.request.Request(url, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s + 30) as resp:
+            resp.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode("utf-8", errors="replace").strip()
+        raise RuntimeError(
+            f"{url}: SGLang did not flush its caches (HTTP {exc.code}: {body[:300]})"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise RuntimeError(
+            f"{url}: could not reach the server to flush its caches ({exc})"
+        ) from None
