@@ -11,10 +11,10 @@ If the twin timed rank 1's tokens by rank 1's own forward, both runs would have 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from twinjob import run_twin_job
 
 pytestmark = pytest.mark.sglang
 
@@ -65,29 +65,18 @@ def _spec(tmp: Path, name: str, with_long_prompts: bool) -> tuple[Path, Path]:
 
 
 def _run(env, tmp: Path, name: str, with_long_prompts: bool) -> dict[str, float]:
-    from dpbench.twin.config import TwinInputs, make_config
-    from dpbench.twin.job import write_job
-
     spec, replay = _spec(tmp, name, with_long_prompts)
-    config = make_config(
-        dp_size=2,
+    result = run_twin_job(
+        env,
+        str(spec),
+        tmp / f"{name}.json",
         enable_prefill_delayer=False,  # let rank 0 prefill at once, beside rank 1's decode
         chunked_prefill_size=8192,
         replay_arrivals=str(replay),
         max_total_tokens_per_rank=200_000,
         record_timeline=False,
     )
-    out = tmp / f"{name}.json"
-    job = write_job(out.with_suffix(".job.json"), str(spec), config, TwinInputs())
-    proc = subprocess.run(
-        [str(env.python), "-m", "dpbench.twin.run", str(job), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = json.loads(out.read_text())["metrics"]
-    return {k: v["value"] for k, v in metrics.items()}
+    return {k: v["value"] for k, v in result["metrics"].items()}
 
 
 def test_a_dp_mixed_step_stretches_the_decoding_ranks_itl(release_env, tmp_path):
