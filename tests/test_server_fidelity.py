@@ -98,6 +98,7 @@ def test_every_input_but_the_repeat_count_names_the_run_files():
     changed = {
         "spec": "agentic-multiturn", "dp": 8, "release": "0.5.17", "chunked_prefill_size": 4096,
         "delayer": False, "serial_forward": True, "repeats": 3, "dispatch": "cache_aware",
+        "flush_replays": True,
     }  # fmt: skip
     assert set(changed) == {f.name for f in dataclasses.fields(Inputs)}  # a new field: add it
     for name, value in changed.items():
