@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpbench.server.steps import _jsonl
+from dpbench.server.steps import _jsonl, replay_records_view, trace_id
 
 KIND_CODE = {"extend": "E", "decode": "D", "idle": "I", "none": "-"}
 
@@ -143,9 +143,7 @@ def server_steps(run: dict[str, Any]) -> list[Step]:
     dp = int(extra.get("server_config", {}).get("dp_size", 0))
     if not where or dp < 1:
         raise DivergeError("not a simulated-forward server run (no extra.step_records_dir)")
-    replay = extra.get("replay") or {}  # one of several replays against one server
-    suffix, t_end = replay.get("rid_suffix", ""), replay.get("to_t")
-    ids = {i + suffix for i in extra.get("scheduler_arrivals") or ()}
+    ids, suffix, t_end = replay_records_view(extra)  # one of several replays against one server
     arrivals = [
         rec["t"]
         for r in range(dp)
@@ -188,8 +186,6 @@ def _read(path: Path) -> list[dict[str, Any]]:
 def _server_pass(rec: dict[str, Any] | None, suffix: str = "") -> RankPass:
     """A pass record as the finder compares it; request ids as the trace's (a replay after
     the first sent each as ``<id><suffix>``)."""
-    from dpbench.server.run import trace_id
-
     if rec is None:  # not written: nothing waiting, running or chunked, no batch
         return RankPass(kind="none", waiting=0, running=0, chunked=None)
     reason = None

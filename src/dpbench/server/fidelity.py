@@ -334,17 +334,15 @@ def server_idle_pass_ms(server: dict[str, Any], dp: int) -> float:
     """Mean length of the server's passes that ran no batch on any rank while requests waited,
     from its stand-in's records, counted from the first trace request's arrival (SGLang's
     warm-up request before it can be held back too). NaN when there was no such pass."""
-    from dpbench.server.steps import first_arrival, read_idle_passes
+    from dpbench.server.steps import first_arrival, read_idle_passes, replay_records_view
 
     extra = server.get("extra", {})
     where = extra.get("step_records_dir")
-    replay = extra.get("replay") or {}  # one of several replays against one server
-    suffix = replay.get("rid_suffix", "")
-    ids = {i + suffix for i in extra.get("scheduler_arrivals") or ()}
+    ids, _, t_end = replay_records_view(extra)  # one of several replays against one server
     t0 = first_arrival(where, dp, ids) if where and ids else None
     if t0 is None:
         return math.nan
-    m = read_idle_passes(where, dp, t0, replay.get("to_t")).get("idle_pass_ms_mean")
+    m = read_idle_passes(where, dp, t0, t_end).get("idle_pass_ms_mean")
     return m.value if m is not None else math.nan
 
 

@@ -39,8 +39,14 @@ from dpbench.server.launcher import ServerProcess, check_gpus
 from dpbench.server.loadgen import Schedule, drive, run_load
 from dpbench.server.metrics import scrape, server_metrics
 from dpbench.server.stats import Slo, per_rank_counts, prefix_hits_by_rank, summarize
+from dpbench.server.steps import replay_suffix, trace_id
 from dpbench.sglang_compat.detect import UnsupportedSGLang
-from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, ServerFlags, server_flags
+from dpbench.sglang_compat.server import (
+    DERIVED_PORT_OFFSETS,
+    ServerFlags,
+    flush_cache,
+    server_flags,
+)
 
 # SGLang loads this config (shape only, no weights) in simulated-forward runs: DeepSeek-V3's
 # attention shapes and vocabulary with 4 layers, so its KV pool fits a CPU's memory. The
@@ -564,20 +570,6 @@ def execute(
     return execute_replays(prep, 1, on_done=on_done, log_path=log_path)[0]
 
 
-# A replay after the first sends its requests as ``<trace id>~<k>``: SGLang's records (and
-# the stand-in's) keep each replay's requests apart; the run result maps them back.
-REPLAY_RID_SEP = "~"
-
-
-def replay_suffix(index: int) -> str:
-    return f"{REPLAY_RID_SEP}{index}" if index else ""
-
-
-def trace_id(rid: str, suffix: str) -> str:
-    """The trace's request id of a replay's ``rid``."""
-    return rid[: -len(suffix)] if suffix and rid.endswith(suffix) else rid
-
-
 @dataclass
 class _Replay:
     """What one replay against the running server measured, before it is turned into a run result."""
@@ -650,8 +642,6 @@ def execute_replays(
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
         for k in range(replays):
             if k:
-                from dpbench.sglang_compat.server import flush_cache
-
                 try:
                     flush_cache(base_url)
                 except RuntimeError as exc:

@@ -84,6 +84,30 @@ def since(records: list[list[dict[str, Any]]], t0: float) -> list[list[dict[str,
     return [rows[first:] for rows in records]
 
 
+# A replay after the first against one server sends its requests as ``<trace id>~<k>``
+# (dpbench.server.run.execute_replays): the records keep each replay's requests apart; a
+# run result's ``extra.replay`` says which suffix and window are its own.
+REPLAY_RID_SEP = "~"
+
+
+def replay_suffix(index: int) -> str:
+    return f"{REPLAY_RID_SEP}{index}" if index else ""
+
+
+def trace_id(rid: str, suffix: str) -> str:
+    """The trace's request id of a replay's ``rid``."""
+    return rid[: -len(suffix)] if suffix and rid.endswith(suffix) else rid
+
+
+def replay_records_view(extra: dict[str, Any]) -> tuple[set[str], str, float | None]:
+    """For a server run result's ``extra``: the request ids its records carry (its trace
+    ids with its replay's suffix), that suffix, and where its window of records ends (None:
+    at the end)."""
+    replay = extra.get("replay") or {}
+    suffix = replay.get("rid_suffix", "")
+    return {i + suffix for i in extra.get("scheduler_arrivals") or ()}, suffix, replay.get("to_t")
+
+
 def window(
     records: list[list[dict[str, Any]]], t0: float, t1: float | None = None
 ) -> list[list[dict[str, Any]]]:
