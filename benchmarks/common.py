@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +98,92 @@ class SettingFailed(RuntimeError):
     """One setting of a benchmark class's cache failed; the others were kept."""
 
 
-def cache_settings(settings: Any) -> dict[str, Any]:
-    """``{key: what run() returned}`` over ``settings`` (``(key, run)`` pairs), one at a time.
+def bench_jobs() -> int:
+    """How many of a twin benchmark's settings run at once: ``DPBENCH_BENCH_JOBS``, else the
+    CPUs this process may use (at most 8). Each setting is one single-threaded twin run, so
+    on the 2-core runner two run side by side; the simulated server's settings never do (a
+    server's clock needs the CPU it waits on)."""
+    raw = os.environ.get("DPBENCH_BENCH_JOBS")
+    if raw is None:
+        return max(1, min(len(os.sched_getaffinity(0)), 8))
+    try:
+        jobs = int(raw)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise ValueError(f"DPBENCH_BENCH_JOBS must be a whole number ≥ 1, got {raw!r}")
+    return jobs
+
+
+def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
+    import traceback
+
+    from dpbench.sglang_compat.detect import UnsupportedSGLang
+
+    try:
+        return "ok", run()
+    except UnsupportedSGLang as exc:
+        return "skip", str(exc)
+    except Exception as exc:
+        tail = "".join(traceback.format_exception(exc)[-6:])
+        return "error", f"{type(exc).__name__}: {exc}\n{tail}"
+
+
+def _in_child(run: Callable[[], Any], conn: Any) -> None:
+    from dpbench.procs import die_with_parent
+
+    die_with_parent()  # asv killing the benchmark (timeout, Ctrl-C) takes the settings with it
+    try:
+        conn.send(_outcome(run))
+    finally:
+        conn.close()
+
+
+def _run_forked(runs: list[Callable[[], Any]], jobs: int) -> list[tuple[str, Any]]:
+    """Each run in its own forked process, ``jobs`` at a time, outcomes in ``runs``' order.
+
+    Forked, so closures need no pickling and each setting starts from the parent's state as
+    a serial run would (SGLang imported once, nothing of another setting's run). Once a
+    setting reports an unsupported shape no new one starts (the rest skip, as serially)."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("fork")
+    out: dict[int, tuple[str, Any]] = {}
+    todo = list(enumerate(runs))
+    running: dict[Any, tuple[int, Any]] = {}
+    try:
+        while todo or running:
+            skipped = any(kind == "skip" for kind, _ in out.values())
+            while todo and len(running) < jobs and not skipped:
+                i, run = todo.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_in_child, args=(run, send), name=f"setting-{i}")
+                proc.start()
+                send.close()
+                running[recv] = (i, proc)
+            if not running:
+                break
+            for recv in wait(list(running)):
+                i, proc = running.pop(recv)
+                try:
+                    out[i] = recv.recv()
+                except EOFError:
+                    proc.join()
+                    out[i] = ("error", f"the setting's process died with exit code {proc.exitcode}")
+                recv.close()
+                proc.join()
+    finally:
+        for recv, (_, proc) in running.items():  # an error or Ctrl-C here: no orphans
+            proc.kill()
+            proc.join()
+            recv.close()
+    return [out.get(i, ("skip", None)) for i in range(len(runs))]
+
+
+def cache_settings(settings: Any, jobs: int = 1) -> dict[str, Any]:
+    """``{key: what run() returned}`` over ``settings`` (``(key, run)`` pairs), ``jobs`` at a time
+    (each in a forked process when ``jobs`` > 1; the entries are the same either way).
 
     A setting that fails is recorded as ``{"error": …}`` and the next ones still run; an
     unsupported API shape (``UnsupportedSGLang``, raised by the release, not by this suite)
@@ -106,24 +191,27 @@ def cache_settings(settings: Any) -> dict[str, Any]:
     will not grow the shape back). Completed settings are always kept. :func:`cached`
     turns an entry back into its benchmark's outcome: a result, a skip, or a failure.
     """
-    import traceback
-
-    from dpbench.sglang_compat.detect import UnsupportedSGLang
-
+    pairs = list(settings)
+    if jobs > 1 and len(pairs) > 1:
+        outcomes = _run_forked([run for _, run in pairs], jobs)
+    else:
+        outcomes = []
+        for _, run in pairs:
+            if any(kind == "skip" for kind, _ in outcomes):
+                outcomes.append(("skip", None))
+                continue
+            outcomes.append(_outcome(run))
     out: dict[str, Any] = {}
     skip: str | None = None
-    for key, run in settings:
+    for (key, _), (kind, value) in zip(pairs, outcomes, strict=True):
+        if skip is None and kind == "skip":
+            skip = value or "an earlier setting's SGLang API shape is unsupported"
         if skip is not None:
             out[key] = {"skip": skip}
-            continue
-        try:
-            out[key] = run()
-        except UnsupportedSGLang as exc:
-            skip = str(exc)
-            out[key] = {"skip": skip}
-        except Exception as exc:
-            tail = "".join(traceback.format_exception(exc)[-6:])
-            out[key] = {"error": f"{type(exc).__name__}: {exc}\n{tail}"}
+        elif kind == "error":
+            out[key] = {"error": value}
+        else:
+            out[key] = value
     return out
 
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal, get_args
 from .common import (
     FIDELITY_CHUNKED_PREFILL,
     FIDELITY_SPEC,
+    bench_jobs,
     cache_settings,
     cached,
     delayer_metric,
@@ -122,14 +123,17 @@ class TwinHighKV:
             return {"metrics": result["metrics"]}
 
         return cache_settings(
-            (_key(*k), lambda k=k: one(*k))
-            for k in itertools.product(
-                get_args(SpecName),
-                get_args(DpSize),
-                get_args(ChunkedPrefill),
-                get_args(DelayerMode),
-                SEEDS,
-            )
+            (
+                (_key(*k), lambda k=k: one(*k))
+                for k in itertools.product(
+                    get_args(SpecName),
+                    get_args(DpSize),
+                    get_args(ChunkedPrefill),
+                    get_args(DelayerMode),
+                    SEEDS,
+                )
+            ),
+            jobs=bench_jobs(),
         )
 
     setup_cache.timeout = 7200
@@ -274,8 +278,13 @@ class TwinHeadline(TwinHighKV):
             return {"metrics": result["metrics"]}
 
         return cache_settings(
-            (f"{dp}-{chunk}-{seed}", lambda k=(dp, chunk, seed): one(*k))
-            for dp, chunk, seed in itertools.product(self.params[0], self.params[1], HEADLINE_SEEDS)
+            (
+                (f"{dp}-{chunk}-{seed}", lambda k=(dp, chunk, seed): one(*k))
+                for dp, chunk, seed in itertools.product(
+                    self.params[0], self.params[1], HEADLINE_SEEDS
+                )
+            ),
+            jobs=bench_jobs(),
         )
 
     setup_cache.timeout = 7200
@@ -336,7 +345,9 @@ class TwinCapacity:
             )
             return {"rows": found["rows"], "wall_s": time.perf_counter() - t0}
 
-        return cache_settings((str(dp), lambda dp=dp: one(dp)) for dp in self.params[0])
+        return cache_settings(
+            ((str(dp), lambda dp=dp: one(dp)) for dp in self.params[0]), jobs=bench_jobs()
+        )
 
     setup_cache.timeout = 7200
 
@@ -398,8 +409,11 @@ class TwinLoad(TwinHighKV):
             return {"metrics": result["metrics"]}
 
         return cache_settings(
-            (f"{rate}-{seed}", lambda k=(rate, seed): one(*k))
-            for rate, seed in itertools.product(LOAD_RATES, CAPACITY_SEEDS)
+            (
+                (f"{rate}-{seed}", lambda k=(rate, seed): one(*k))
+                for rate, seed in itertools.product(LOAD_RATES, CAPACITY_SEEDS)
+            ),
+            jobs=bench_jobs(),
         )
 
     setup_cache.timeout = 7200
@@ -457,9 +471,12 @@ class TwinOnServerScenario(TwinHighKV):
             return result
 
         return cache_settings(
-            (_scenario_key(FIDELITY_SPEC, dp, d), lambda dp=dp, d=d: one(dp, d))
-            for dp in get_args(FidelityDp)
-            for d in get_args(DelayerMode)
+            (
+                (_scenario_key(FIDELITY_SPEC, dp, d), lambda dp=dp, d=d: one(dp, d))
+                for dp in get_args(FidelityDp)
+                for d in get_args(DelayerMode)
+            ),
+            jobs=bench_jobs(),
         )
 
     setup_cache.timeout = 1800
@@ -607,8 +624,11 @@ class TwinProductionTrace(TwinHighKV):
             return {"metrics": result["metrics"]}
 
         return cache_settings(
-            (f"{dp}-{d}-{w}", lambda k=(dp, d, w): one(*k))
-            for dp, d, w in itertools.product(self.params[0], self.params[1], TRACE_WINDOWS)
+            (
+                (f"{dp}-{d}-{w}", lambda k=(dp, d, w): one(*k))
+                for dp, d, w in itertools.product(self.params[0], self.params[1], TRACE_WINDOWS)
+            ),
+            jobs=bench_jobs(),
         )
 
     setup_cache.timeout = 7200

@@ -60,3 +60,63 @@ def test_completed_settings_are_kept_when_a_later_one_fails_or_is_unsupported():
             cached(cache, key)
     with pytest.raises(NotImplementedError, match="needs 2 GPUs"):
         cached({"skip": "needs 2 GPUs"}, "a")
+
+
+def _settings(parent: int):
+    import os
+
+    from dpbench.sglang_compat.detect import UnsupportedSGLang
+
+    def ok(key):
+        return {"metrics": {"m": {"value": 1.0}}, "key": key, "forked": os.getpid() != parent}
+
+    def boom():
+        raise KeyError("a metric the run should have produced")
+
+    def dies():
+        os._exit(3)  # a crash no exception reports (OOM killer, segfault)
+
+    def unsupported():
+        raise UnsupportedSGLang("SGLang 9.9: PrefillAdder.add_one_req has no known shape")
+
+    return [("a", lambda: ok("a")), ("b", boom), ("c", lambda: ok("c")), ("x", dies),
+            ("d", unsupported), ("e", lambda: ok("e"))]  # fmt: skip
+
+
+def test_settings_run_side_by_side_give_what_one_at_a_time_gives():
+    """``jobs`` > 1 runs each setting in its own forked process (the twin tier's settings on
+    the main job's 2 cores); the entries are those of the serial run, in the same order,
+    with a process that died named as its setting's failure."""
+    import os
+
+    from benchmarks.common import SettingFailed, cache_settings, cached
+
+    parent = os.getpid()
+    serial = cache_settings([s for s in _settings(parent) if s[0] != "x"])
+    forked = cache_settings(_settings(parent), jobs=2)
+    assert list(forked) == ["a", "b", "c", "x", "d", "e"]
+    assert cached(forked, "a")["forked"] and cached(forked, "c")["forked"]
+    assert not cached(serial, "a")["forked"]
+    for key in ("a", "c"):
+        assert {**cached(forked, key), "forked": None} == {**cached(serial, key), "forked": None}
+    assert forked["b"]["error"].splitlines()[0] == serial["b"]["error"].splitlines()[0]
+    with pytest.raises(SettingFailed, match="process died with exit code 3"):
+        cached(forked, "x")
+    for key in ("d", "e"):  # the unsupported shape skips it and every later setting, as serially
+        with pytest.raises(NotImplementedError, match="no known shape"):
+            cached(forked, key)
+        assert forked[key] == serial[key]
+
+
+def test_bench_jobs_reads_its_variable_and_names_a_bad_value(monkeypatch):
+    from benchmarks.common import bench_jobs
+
+    monkeypatch.setenv("DPBENCH_BENCH_JOBS", "3")
+    assert bench_jobs() == 3
+    monkeypatch.setenv("DPBENCH_BENCH_JOBS", "two")
+    with pytest.raises(
+        ValueError, match="DPBENCH_BENCH_JOBS must be a whole number ≥ 1, got 'two'"
+    ):
+        bench_jobs()
+    monkeypatch.delenv("DPBENCH_BENCH_JOBS")
+    assert 1 <= bench_jobs() <= 8
