@@ -42,25 +42,16 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from dpbench import releases
+from dpbench import mainplan, releases
 from dpbench.paths import project_root
 from dpbench.procs import alive, descendants
 
-# The embedded default plan. Kernel and GPU-server benchmarks skip without GPUs anyway; the
-# workload benchmarks measure dpbench itself, not SGLang, so they need one commit only:
-# `asv run --config asv.releases.json -b workloads HEAD^!`.
-PLACEMENT_BENCH = r"^placement\."
-TWIN_BENCH = r"^twin\.(?!TwinProductionTrace|TwinHeadline|TwinCapacity|TwinLoad)"
-# the README's headline settings (full long-prompt-burst, DP 4/8 × chunk 8192/16384, 5 seeds,
-# paired by seed) on the placement change's pair, where the question is asked
-HEADLINE_BENCH = r"^twin\.(TwinHeadline|TwinCapacity|TwinLoad)\."
-# the twin on production traffic (Mooncake windows) runs on the placement change's pair only,
-# and at DP 4 only (DP 8: `asv run -b TwinProductionTraceDp8`), to keep the main job's cost
-TRACE_BENCH = r"^twin\.TwinProductionTrace\."
+# The default plan (its steps, picks and costs) lives in dpbench.mainplan. The kernel and
+# GPU-server benchmarks skip without GPUs anyway; the workload benchmarks measure dpbench
+# itself, not SGLang, so they need one commit only:
+# `asv run --config asv.releases.json -b workloads HEAD^!`; the twin on production traffic
+# at DP 8 runs by hand: `asv run -b TwinProductionTraceDp8`.
 PAIR_PICKS = ("last early", "first post-kv")  # the placement change's before/after pair
-SERVER_SIM_BENCH = r"^server\.SimulatedRooflineServe\."
-# the simulated server on a production-trace window: the placement pair only (one start-up each)
-SERVER_TRACE_BENCH = r"^server\.SimulatedProductionTrace\."
 # the simulated server runs on these of choose_heavy's picks (its start-ups cost ~1 min each)
 SERVER_SIM_PICKS = ("last early", "first post-kv", "newest")
 console = Console(stderr=True)
@@ -312,6 +303,7 @@ def bench_command(
     )  # its questionnaire, answered by defaults
     failed: list[str] = []
     rcs: list[int] = []
+    costs: list[mainplan.StepCost] = []
     commits = [c for _, c in selected]
     if bench:
         rcs.append(
@@ -327,46 +319,43 @@ def bench_command(
             )
         )
     else:
-        console.print(f"[bold]placement tier[/] over {len(commits)} release(s)")
-        rcs.append(
-            _asv_run(
-                asv,
-                conf,
-                PLACEMENT_BENCH,
-                commits,
-                root=root,
-                results_root=results_root,
-                rerun=rerun,
-                failed=failed,
-            )
-        )
-        heavy = choose_heavy(selected, placement_labels(results_root, commits))
-        served = server_sim_releases(heavy)
-        pair = [h for h in heavy if any(p in h[2] for p in PAIR_PICKS)]
-        for title, regex, picks in (
-            ("twin at the headline settings, against load, capacity at SLO", HEADLINE_BENCH, pair),
-            ("twin", TWIN_BENCH, heavy),
-            ("twin on production traffic", TRACE_BENCH, pair),
-            ("simulated-forward server on production traffic", SERVER_TRACE_BENCH, pair),
-            ("simulated-forward server", SERVER_SIM_BENCH, served),
-        ):
-            if not picks:
+        console.print("[bold]plan[/]")
+        for line in mainplan.plan_lines(len(selected)):
+            console.print(f"  {line}")
+        picks: dict[str, list[tuple[str, str, str]]] = {
+            "every": [(v, c, "selected") for v, c in selected]
+        }
+        for step in mainplan.PLAN:
+            if step.picks not in picks:  # the others are picked from placement's own results
+                heavy = choose_heavy(selected, placement_labels(results_root, commits))
+                picks["heavy"] = heavy
+                picks["pair"] = [h for h in heavy if any(p in h[2] for p in PAIR_PICKS)]
+                picks["served"] = server_sim_releases(heavy)
+            chosen = picks[step.picks]
+            if not chosen:
                 continue
+            names = ", ".join(v for v, _, _ in chosen)
+            if step.picks != "every":
+                names = ", ".join(f"{v} ({why})" for v, _, why in chosen)
+            est = mainplan.estimate_s(step, len(chosen))
             console.print(
-                f"[bold]{title}[/] over " + ", ".join(f"{v} ({why})" for v, _, why in picks)
+                f"[bold]{step.title}[/] over {names}"
+                + ("" if est is None else f" (expected ~{est / 60:.0f} min)")
             )
+            t_step = time.monotonic()
             rcs.append(
                 _asv_run(
                     asv,
                     conf,
-                    regex,
-                    [c for _, c, _ in picks],
+                    step.regex,
+                    [c for _, c, _ in chosen],
                     root=root,
                     results_root=results_root,
                     rerun=rerun,
                     failed=failed,
                 )
             )
+            costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t_step))
     # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
     _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
     from dpbench.dashboard import build as dashboard_build
@@ -379,6 +368,15 @@ def bench_command(
     )
     elapsed = time.monotonic() - t0
     console.print(f"\n[bold green]done[/] in {elapsed / 60:.1f} min")
+    if costs:
+        for c in costs:
+            ref = mainplan.estimate_s(next(s for s in mainplan.PLAN if s.key == c.key), c.releases)
+            console.print(
+                f"  {c.key}: {c.wall_s / 60:.1f} min over {c.releases} release(s)"
+                + ("" if ref is None else f" (expected ~{ref / 60:.0f})")
+            )
+        kept = mainplan.write_costs(results_root / "mainjob-costs.json", costs, total_s=elapsed)
+        print(f"costs:      {kept}")
     print(f"results:    {results_root}")
     print(f"asv site:   {html_dir / 'index.html'}")
     print(f"dashboard:  {site}")

@@ -1,0 +1,122 @@
+"""The main job's default plan (what `dpbench bench` runs where) and what each step costs.
+
+The plan is printed before anything runs: each step, the releases it runs on (or how they
+are picked from the placement tier's results) and its expected wall time, from what a fresh
+clone's `make bench` measured on the 2-core development VM per release (``REFERENCE``). At the
+end the job prints what each step took here and keeps it in ``results/mainjob-costs.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpbench.atomic import write_json
+
+# Which releases a step runs on, and how many the default history gives it.
+PICKS = {
+    "every": "every selected release",
+    "heavy": "the first early, last early, first post-kv and newest (picked from placement)",
+    "pair": "the placement change's pair: last early, first post-kv",
+    "served": "the last early, first post-kv and newest",
+}
+PICK_COUNT = {"heavy": 4, "pair": 2, "served": 3}  # at most; "every" is all selected
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str  # short name, the costs file's key
+    title: str
+    regex: str  # asv --bench
+    picks: str  # a key of PICKS
+
+
+PLAN = (
+    Step("placement", "placement tier (and every release's environment)", r"^placement\.", "every"),
+    Step(
+        "headline",
+        "twin at the headline settings, against load, capacity at SLO",
+        r"^twin\.(TwinHeadline|TwinCapacity|TwinLoad)\.",
+        "pair",
+    ),
+    Step(
+        "twin",
+        "twin",
+        r"^twin\.(?!TwinProductionTrace|TwinHeadline|TwinCapacity|TwinLoad)",
+        "heavy",
+    ),
+    Step("twin-trace", "twin on production traffic", r"^twin\.TwinProductionTrace\.", "pair"),
+    Step(
+        "server-trace",
+        "simulated-forward server on production traffic",
+        r"^server\.SimulatedProductionTrace\.",
+        "pair",
+    ),
+    Step("server", "simulated-forward server", r"^server\.SimulatedRooflineServe\.", "served"),
+)
+
+# Seconds per release of each step on a fresh clone of the 2-core development VM (AMD EPYC,
+# 24 GiB): `make bench` at 0b4e7b1 (2026-12-03), the twin's settings two at a time.
+REFERENCE_AT = "fresh-clone make bench at 0b4e7b1, 2026-12-03, 2-core VM"
+REFERENCE: dict[str, float] = {}
+
+
+def release_count(step: Step, selected: int) -> int:
+    return selected if step.picks == "every" else min(PICK_COUNT[step.picks], selected)
+
+
+def estimate_s(step: Step, releases: int) -> float | None:
+    per = REFERENCE.get(step.key)
+    return None if per is None else per * releases
+
+
+def _minutes(s: float | None) -> str:
+    return "not yet measured" if s is None else f"~{s / 60:.0f} min"
+
+
+def plan_lines(selected: int) -> list[str]:
+    """The plan as printed before the job starts: one line per step and the total."""
+    lines = []
+    total = 0.0
+    known = True
+    for step in PLAN:
+        n = release_count(step, selected)
+        est = estimate_s(step, n)
+        known = known and est is not None
+        total += est or 0.0
+        lines.append(f"{step.title}: {n} release(s), {PICKS[step.picks]}; {_minutes(est)}")
+    head = f"expected ~{total / 60:.0f} min" if known else "expected time not yet known"
+    lines.append(f"{head} on a 2-core runner with the environments to build ({REFERENCE_AT})")
+    return lines
+
+
+@dataclass
+class StepCost:
+    key: str
+    releases: int
+    wall_s: float
+
+
+def write_costs(path: Path, costs: list[StepCost], *, total_s: float) -> Path:
+    """What each step took here (results/mainjob-costs.json, atomically)."""
+    data: dict[str, Any] = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"node": platform.node(), "cpus": len(os.sched_getaffinity(0))},
+        "total_s": round(total_s, 1),
+        "steps": [
+            {
+                "step": c.key,
+                "releases": c.releases,
+                "wall_s": round(c.wall_s, 1),
+                "per_release_s": round(c.wall_s / c.releases, 1) if c.releases else None,
+                "reference_s": estimate_s(next(s for s in PLAN if s.key == c.key), c.releases),
+            }
+            for c in costs
+        ],
+    }
+    write_json(path, data)
+    return path
