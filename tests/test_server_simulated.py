@@ -1,7 +1,9 @@
 """SGLang's real DP-attention server with only the forward simulated, on this CPU (real wheels).
 
-One server per release (0.5.23, and 0.5.16 for the early placement) replays a small
-high-KV trace through the suite's own client; every assertion about that run shares it.
+One server (0.5.23) replays a small high-KV trace through the suite's own client; every
+assertion about that run shares it. ``test_server_simulated_early.py`` runs the same checks
+on 0.5.16 (the early placement), a file of its own so that pytest's workers start the two
+releases' servers side by side.
 The process-lifecycle tests are in ``test_server_lifecycle.py`` (a file of their own, so the
 two pytest workers start their servers in parallel).
 """
@@ -38,13 +40,17 @@ def _run(release: str, tmp: Path) -> tuple[object, dict, list, set[int]]:
     return prep, results.load(results.save(tmp / "run.json", result)), outcomes, sessions
 
 
-@pytest.fixture(scope="module", params=["0.5.23", "0.5.16"])
-def sim_run(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"sim-{request.param}")
+def served(release: str, tmp_path_factory) -> tuple:
+    tmp = tmp_path_factory.mktemp(f"sim-{release}")
     t0 = time.monotonic()
-    prep, result, outcomes, sessions = _run(request.param, tmp)
-    print(f"simulated server {request.param}: {time.monotonic() - t0:.0f} s")
-    return request.param, tmp, prep, result, outcomes, sessions
+    prep, result, outcomes, sessions = _run(release, tmp)
+    print(f"simulated server {release}: {time.monotonic() - t0:.0f} s")
+    return release, tmp, prep, result, outcomes, sessions
+
+
+@pytest.fixture(scope="module", params=["0.5.23"])
+def sim_run(request, tmp_path_factory):
+    return served(request.param, tmp_path_factory)
 
 
 def test_every_request_decodes_exactly_its_max_new_tokens(sim_run):
