@@ -55,10 +55,12 @@ def test_the_plan_names_each_step_its_releases_and_its_cost():
     assert len(lines) == len(mainplan.PLAN) + 1
     counts = [int(re.search(r": (\d+) release", line).group(1)) for line in lines[:-1]]
     assert counts == [mainplan.release_count(s, 10) for s in mainplan.PLAN]
-    assert counts == [10, 2, 4, 2, 2, 3]
+    assert counts == [10, 2, 4, 2, 2, 3, 4, 1]
     assert mainplan.release_count(mainplan.PLAN[2], 1) == 1  # never more than were selected
     for step, line in zip(mainplan.PLAN, lines, strict=False):
         per = mainplan.REFERENCE.get(step.key)
+        assert ("beside the next" in line) == step.side
+        assert ("alone, after the rest" in line) == step.alone
         if per is None:
             assert line.endswith("not yet measured")
         else:

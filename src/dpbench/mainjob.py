@@ -205,6 +205,132 @@ def failed_benchmarks(results_root: Path, commits: list[str], bench: str) -> lis
     return out
 
 
+def _picks(
+    selected: list[tuple[str, str]], results_root: Path
+) -> dict[str, list[tuple[str, str, str]]]:
+    """Each pick rule's releases: every selected one, and those picked from placement's results."""
+    heavy = choose_heavy(selected, placement_labels(results_root, [c for _, c in selected]))
+    return {
+        "every": [(v, c, "selected") for v, c in selected],
+        "heavy": heavy,
+        "pair": [h for h in heavy if any(p in h[2] for p in PAIR_PICKS)],
+        "served": server_sim_releases(heavy),
+        "newest": [h for h in heavy if "newest" in h[2]],
+    }
+
+
+def _announce(step: mainplan.Step, chosen: list[tuple[str, str, str]], where: str = "") -> None:
+    names = ", ".join(v if step.picks == "every" else f"{v} ({why})" for v, _, why in chosen)
+    est = mainplan.estimate_s(step, len(chosen))
+    console.print(
+        f"[bold]{step.title}[/]{where} over {names}"
+        + ("" if est is None else f" (expected ~{est / 60:.0f} min)")
+    )
+
+
+def _default_plan(
+    asv: list[str],
+    conf: list[str],
+    conf_data: dict[str, Any],
+    config: Path,
+    selected: list[tuple[str, str]],
+    *,
+    root: Path,
+    results_root: Path,
+    rerun: bool,
+    failed: list[str],
+    rcs: list[int],
+    costs: list[mainplan.StepCost],
+) -> None:
+    """Placement over every release; then the simulated-server steps in an asv run of their
+    own (dpbench.mainside) while the twin steps run niced in the main one."""
+    import threading
+
+    from asv.machine import Machine
+
+    from dpbench import mainside
+
+    console.print("[bold]plan[/]")
+    for line in mainplan.plan_lines(len(selected)):
+        console.print(f"  {line}")
+    placement, *rest = mainplan.PLAN
+    _announce(placement, [(v, c, "") for v, c in selected])
+    t_step = time.monotonic()
+    rcs.append(
+        _asv_run(asv, conf, placement.regex, [c for _, c in selected], root=root,
+                 results_root=results_root, rerun=rerun, failed=failed)
+    )  # fmt: skip
+    costs.append(mainplan.StepCost(placement.key, len(selected), time.monotonic() - t_step))
+    picks = _picks(selected, results_root)
+    side_steps = [(s, picks[s.picks]) for s in rest if s.side and picks[s.picks]]
+    main_steps = [(s, picks[s.picks]) for s in rest if not s.side and picks[s.picks]]
+    alone = [m for m in main_steps if m[0].alone]
+    main_steps = [m for m in main_steps if not m[0].alone]
+    machine = Machine.get_unique_machine_name()
+    side_conf = mainside.side_config(conf_data, config)
+    side_root = root / mainside.SIDE_RESULTS_DIR
+    log = results_root / "server-logs" / f"main-job-side-{int(time.time())}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    side_failed: list[str] = []
+    side_procs: list[subprocess.Popen[Any]] = []
+    stop = threading.Event()
+
+    def side() -> None:
+        with log.open("w") as out:
+            for step, chosen in side_steps:
+                if stop.is_set():
+                    return
+                commits = [c for _, c, _ in chosen]
+                mainside.seed_side(results_root, side_root, machine, commits)
+                t = time.monotonic()
+                rcs.append(
+                    _asv_run(asv, ["--config", str(side_conf)], step.regex, commits, root=root,
+                             results_root=side_root, rerun=rerun, failed=side_failed,
+                             log=out, procs=side_procs)
+                )  # fmt: skip
+                costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t))
+                console.print(
+                    f"[bold]{step.title}[/] (beside) done in {(time.monotonic() - t) / 60:.1f} min"
+                )
+
+    for step, chosen in side_steps:
+        _announce(step, chosen, " (beside the twin, its own asv run)")
+    console.print(f"  its output: {log}")
+    worker = threading.Thread(target=side, name="main-job-side", daemon=True)
+    worker.start()
+    try:
+        for step, chosen in main_steps:
+            _announce(step, chosen)
+            t_step = time.monotonic()
+            rcs.append(
+                _asv_run(asv, conf, step.regex, [c for _, c, _ in chosen], root=root,
+                         results_root=results_root, rerun=rerun, failed=failed,
+                         nice=worker.is_alive())
+            )  # fmt: skip
+            costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t_step))
+        if worker.is_alive():
+            console.print("waiting for the simulated-server steps beside")
+        while worker.is_alive():
+            worker.join(timeout=1.0)  # a short join keeps Ctrl-C deliverable
+        for step, chosen in alone:  # timings, on a machine nothing else runs on
+            _announce(step, chosen)
+            t_step = time.monotonic()
+            rcs.append(
+                _asv_run(asv, conf, step.regex, [c for _, c, _ in chosen], root=root,
+                         results_root=results_root, rerun=rerun, failed=failed)
+            )  # fmt: skip
+            costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t_step))
+    finally:
+        stop.set()
+        for proc in side_procs:
+            if proc.poll() is None:
+                _kill_group(proc)
+        worker.join(timeout=30)
+    merged = mainside.merge_side(side_root, results_root, machine, [s.regex for s, _ in side_steps])
+    console.print(f"simulated-server results merged into {len(merged)} result file(s)")
+    failed += side_failed
+
+
 def _asv_run(
     asv: list[str],
     conf: list[str],
@@ -215,9 +341,13 @@ def _asv_run(
     results_root: Path,
     rerun: bool,
     failed: list[str],
+    nice: bool = False,
+    log: Any = None,
+    procs: list[subprocess.Popen[Any]] | None = None,
 ) -> int:
     """One ``asv run`` of ``bench`` over ``commits`` (a HASHFILE); the benchmarks asv's result
-    files record as failed go to ``failed``."""
+    files record as failed go to ``failed``. ``nice``: at the lowest CPU priority (beside the
+    simulated server); ``log``: its output to that file, its process kept in ``procs``."""
     with tempfile.NamedTemporaryFile("w", suffix=".hashes", delete=False) as fh:
         fh.write("\n".join(commits) + "\n")
         hashfile = fh.name
@@ -241,8 +371,17 @@ def _asv_run(
     ]
     if not rerun:
         run.append("--skip-existing-successful")  # failed ones are retried
+    cmd = [*(["nice", "-n", "19"] if nice else []), *run, f"HASHFILE:{hashfile}"]
     try:
-        rc = _run([*run, f"HASHFILE:{hashfile}"], cwd=root, check=False)
+        if log is None:
+            rc = _run(cmd, cwd=root, check=False)
+        else:
+            proc = subprocess.Popen(
+                cmd, cwd=root, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+            )
+            if procs is not None:
+                procs.append(proc)
+            rc = proc.wait()
     finally:
         os.unlink(hashfile)
     failed += failed_benchmarks(results_root, commits, bench)
@@ -324,43 +463,19 @@ def bench_command(
             )
         )
     else:
-        console.print("[bold]plan[/]")
-        for line in mainplan.plan_lines(len(selected)):
-            console.print(f"  {line}")
-        picks: dict[str, list[tuple[str, str, str]]] = {
-            "every": [(v, c, "selected") for v, c in selected]
-        }
-        for step in mainplan.PLAN:
-            if step.picks not in picks:  # the others are picked from placement's own results
-                heavy = choose_heavy(selected, placement_labels(results_root, commits))
-                picks["heavy"] = heavy
-                picks["pair"] = [h for h in heavy if any(p in h[2] for p in PAIR_PICKS)]
-                picks["served"] = server_sim_releases(heavy)
-            chosen = picks[step.picks]
-            if not chosen:
-                continue
-            names = ", ".join(v for v, _, _ in chosen)
-            if step.picks != "every":
-                names = ", ".join(f"{v} ({why})" for v, _, why in chosen)
-            est = mainplan.estimate_s(step, len(chosen))
-            console.print(
-                f"[bold]{step.title}[/] over {names}"
-                + ("" if est is None else f" (expected ~{est / 60:.0f} min)")
-            )
-            t_step = time.monotonic()
-            rcs.append(
-                _asv_run(
-                    asv,
-                    conf,
-                    step.regex,
-                    [c for _, c, _ in chosen],
-                    root=root,
-                    results_root=results_root,
-                    rerun=rerun,
-                    failed=failed,
-                )
-            )
-            costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t_step))
+        _default_plan(
+            asv,
+            conf,
+            conf_data,
+            config,
+            selected,
+            root=root,
+            results_root=results_root,
+            rerun=rerun,
+            failed=failed,
+            rcs=rcs,
+            costs=costs,
+        )
     # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
     _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
     from dpbench.dashboard import build as dashboard_build

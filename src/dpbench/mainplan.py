@@ -23,8 +23,9 @@ PICKS = {
     "heavy": "the first early, last early, first post-kv and newest (picked from placement)",
     "pair": "the placement change's pair: last early, first post-kv",
     "served": "the last early, first post-kv and newest",
+    "newest": "the newest",
 }
-PICK_COUNT = {"heavy": 4, "pair": 2, "served": 3}  # at most; "every" is all selected
+PICK_COUNT = {"heavy": 4, "pair": 2, "served": 3, "newest": 1}  # at most; "every" is all selected
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class Step:
     title: str
     regex: str  # asv --bench
     picks: str  # a key of PICKS
+    side: bool = False  # in an asv run of its own beside the others (dpbench.mainside)
+    alone: bool = False  # a timing: after the side run, on an otherwise idle machine
 
 
 PLAN = (
@@ -46,7 +49,7 @@ PLAN = (
     Step(
         "twin",
         "twin",
-        r"^twin\.(?!TwinProductionTrace|TwinHeadline|TwinCapacity|TwinLoad)",
+        r"^twin\.(?!TwinProductionTrace|TwinHeadline|TwinCapacity|TwinLoad|TwinScale|SchedulerPass)",
         "heavy",
     ),
     Step("twin-trace", "twin on production traffic", r"^twin\.TwinProductionTrace\.", "pair"),
@@ -55,8 +58,29 @@ PLAN = (
         "simulated-forward server on production traffic",
         r"^server\.SimulatedProductionTrace\.",
         "pair",
+        side=True,
     ),
-    Step("server", "simulated-forward server", r"^server\.SimulatedRooflineServe\.", "served"),
+    Step(
+        "server",
+        "simulated-forward server",
+        r"^server\.SimulatedRooflineServe\.",
+        "served",
+        side=True,
+    ),
+    Step(
+        "pass-timing",
+        "one scheduler pass (real adder + delayer), timed alone",
+        r"^twin\.SchedulerPass\.",
+        "heavy",
+        alone=True,
+    ),
+    Step(
+        "twin-speed",
+        "the twin's own speed (2,000 requests, both rank modes), timed alone",
+        r"^twin\.TwinScale\.",
+        "newest",
+        alone=True,
+    ),
 )
 
 # Seconds per release of each step on a fresh clone of the 2-core development VM (AMD EPYC,
@@ -79,16 +103,22 @@ def _minutes(s: float | None) -> str:
 
 
 def plan_lines(selected: int) -> list[str]:
-    """The plan as printed before the job starts: one line per step and the total."""
+    """The plan as printed before the job starts: one line per step and the expected total
+    (placement, then the longer of the side run and the steps beside it, then the timings)."""
     lines = []
-    total = 0.0
+    chains = {"first": 0.0, "side": 0.0, "main": 0.0, "alone": 0.0}
     known = True
-    for step in PLAN:
+    for i, step in enumerate(PLAN):
         n = release_count(step, selected)
         est = estimate_s(step, n)
         known = known and est is not None
-        total += est or 0.0
-        lines.append(f"{step.title}: {n} release(s), {PICKS[step.picks]}; {_minutes(est)}")
+        chain = "first" if i == 0 else "side" if step.side else "alone" if step.alone else "main"
+        chains[chain] += est or 0.0
+        how = {"side": "; beside the next, its own asv run", "alone": "; alone, after the rest"}
+        lines.append(
+            f"{step.title}: {n} release(s), {PICKS[step.picks]}{how.get(chain, '')}; {_minutes(est)}"
+        )
+    total = chains["first"] + max(chains["side"], chains["main"]) + chains["alone"]
     head = f"expected ~{total / 60:.0f} min" if known else "expected time not yet known"
     lines.append(f"{head} on a 2-core runner with the environments to build ({REFERENCE_AT})")
     return lines
