@@ -239,3 +239,47 @@ def test_the_pages_open_the_summary_with_the_answer_as_the_terminal_does(tmp_pat
     want = list(summary(data, 0, 1))
     assert got == want
     assert want[:3] == ["placement", "twin · TwinHeadline", "server · SimulatedRooflineServe"]
+
+
+def test_each_summary_row_says_what_it_ran_as_the_terminal_does(tmp_path):
+    """Requests a run, seeds (or a server's runs) and the pool reached, beside the scenario:
+    the regime a published setting shows, the same words on both sides."""
+    from dpbench.dashboard.compare import regime_text, summary
+
+    def chart(section, key, regime, points, samples=None):
+        series = {"machine": "m", "env": "e", "params": ["4"], "scenario": {"dp_size": "4"},
+                  "points": points}  # fmt: skip
+        if samples:
+            series["samples"] = samples
+        return {"tier": section.split(" ")[0], "source": "asv", "title": f"{section} {key}",
+                "unit": "", "better": "lower", "key": key, "regime": regime,
+                "section": section, "series": [series]}  # fmt: skip
+
+    seeds = {str(i): {"x": [0.2, 0.3, None, 0.25, 0.21], "seeds": "v1"} for i in (0, 1)}
+    runs = {str(i): {"x": [0.1, 0.12, 0.11], "seeds": "v4"} for i in (0, 1)}
+    data = {
+        "charts": [
+            chart("twin · TwinHeadline", "mixed", None, [[0, 0.27, None, None], [1, 0.16, None, None]], seeds),
+            chart("twin · TwinHeadline", None, "requests", [[0, 1024.0, None, None], [1, 1024.0, None, None]]),
+            chart("twin · TwinHeadline", None, "pool", [[0, 0.996, None, None], [1, 1.0, None, None]]),
+            chart("server · SimulatedRooflineServe", "mixed", None, [[0, 0.1, None, None], [1, 0.11, None, None]], runs),
+            chart("twin · TwinLoad", "mixed", None, [[1, 0.1, None, None]]),
+            chart("twin · TwinLoad", None, "pool", [[0, 0.5, None, None]]),  # A's only: shown
+        ],
+        "t975": T975,
+        "section_order": [],
+    }  # fmt: skip
+    want = {sec: [regime_text(r) for r in rows] for sec, rows in summary(data, 0, 1).items()}
+    assert want == {
+        "twin · TwinHeadline": ["1,024 requests a run · 4 seeds · pool reached 1.00"],
+        "server · SimulatedRooflineServe": ["3 runs"],
+        "twin · TwinLoad": ["pool reached 0.50"],
+    }
+    with open_page(_rules_page(tmp_path), wait_ready=False) as (page, errors):
+        got = page.evaluate(
+            """data => Object.fromEntries(Object.entries(DP.summary(data, 0, 1))
+                 .map(([sec, rows]) => [sec, rows.map(r => DP.regimeText(r))]))""",
+            json.loads(json.dumps(data)),
+        )
+    assert errors == []
+    assert got == want

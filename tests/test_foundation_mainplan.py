@@ -59,7 +59,7 @@ def test_the_plan_names_each_step_its_releases_and_its_cost():
     assert mainplan.release_count(mainplan.PLAN[2], 1) == 1  # never more than were selected
     for step, line in zip(mainplan.PLAN, lines, strict=False):
         per = mainplan.REFERENCE.get(step.key)
-        assert ("beside the next" in line) == step.side
+        assert ("beside the twin steps" in line) == step.side
         assert ("alone, after the rest" in line) == step.alone
         if per is None:
             assert line.endswith("not yet measured")

@@ -238,11 +238,16 @@ const DP = (function () {
   // (chart.key, chart.section) so the two cannot drift; this only collects the cells.
   function summary(data, ia, ib, machine) {
     T975 = data.t975 || [];
-    const columns = {};
+    const columns = {}, regimes = {};
     for (const chart of data.charts) {
-      if (!chart.key || !chart.section) continue;
-      const id = chart.section + "\u0000" + chart.key;
-      if (!columns[id]) columns[id] = chart;
+      if (!chart.section) continue;
+      if (chart.key) {
+        const id = chart.section + "\u0000" + chart.key;
+        if (!columns[id]) columns[id] = chart;
+      } else if (chart.regime) {
+        const id = chart.section + "\u0000" + chart.regime;
+        if (!regimes[id]) regimes[id] = chart;
+      }
     }
     const tiers = {};
     for (const chart of Object.values(columns)) {
@@ -257,8 +262,17 @@ const DP = (function () {
         const rk = scenarioText(scen) + "\u0000" + s.machine + "\u0000" + s.env;
         const rows = tiers[chart.section] = tiers[chart.section] || {};
         const row = rows[rk] = rows[rk] || {tier: chart.section, scenario: scen, machine: s.machine, env: s.env,
-                                             control: isControl(scen), cells: {}};
+                                             control: isControl(scen), cells: {}, regime: {}};
         row.cells[chart.key] = {chart: chart, a: a, b: b, change: changeOf(a, b, chart.better, chart.tier)};
+      }
+    }
+    for (const chart of Object.values(regimes)) {  // what each row ran: requests a run, pool reached
+      for (const s of chart.series) {
+        const scen = {};
+        for (const [k, v] of Object.entries(s.scenario)) if (k !== "run") scen[k] = v;
+        const row = (tiers[chart.section] || {})[scenarioText(scen) + "\u0000" + s.machine + "\u0000" + s.env];
+        const side = valueAt(s, ib) || valueAt(s, ia);
+        if (row && side) row.regime[chart.regime] = side.value;
       }
     }
     const natural = v => (isNaN(Number(v)) ? [1, 0, v] : [0, Number(v), v]);
@@ -279,6 +293,22 @@ const DP = (function () {
       out[tier] = Object.values(tiers[tier]).sort(cmp);
     }
     return out;
+  }
+
+  // Same as dpbench.dashboard.compare.regime_text: "1,024 requests a run · 5 seeds · pool reached 1.00".
+  function regimeText(row) {
+    const parts = [];
+    if (row.regime.requests != null) parts.push(Math.round(row.regime.requests).toLocaleString("en-US") + " requests a run");
+    let seeds = 0;
+    for (const c of Object.values(row.cells)) {
+      for (const side of [c.a, c.b]) {
+        if (side && side.samples) seeds = Math.max(seeds, side.samples.filter(v => v != null).length);
+      }
+    }
+    const what = row.tier.startsWith("twin") ? "seeds" : "runs";  // a server's are repeats
+    if (seeds) parts.push(seeds > 1 ? seeds + " " + what : "1 run");
+    if (row.regime.pool != null) parts.push("pool reached " + row.regime.pool.toFixed(2));
+    return parts.join(" · ");
   }
 
   function commitOptions(sel, commits) {
@@ -309,6 +339,6 @@ const DP = (function () {
   }
 
   return {PLACEMENT_COLOR, PLACEMENT_SYMBOL, PLACEMENT_LABELS, BETTER_TEXT, QUIET, esc, el, fmt, sign,
-          seriesName, scenarioText, isControl, valueAt, changeOf, fmtPct, sideText, compareCommits, summary,
+          seriesName, scenarioText, isControl, valueAt, changeOf, fmtPct, sideText, compareCommits, summary, regimeText,
           commitOptions, pairFromHash, ready, onLoad};
 })();

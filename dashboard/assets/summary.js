@@ -59,7 +59,10 @@
     const tbody = DP.el("tbody");
     for (const r of rows) {
       const tr = DP.el("tr", {"data-scenario": DP.scenarioText(r.scenario)});
-      tr.appendChild(DP.el("td", {"class": "scenario"}, DP.scenarioText(r.scenario)));
+      const scen = DP.el("td", {"class": "scenario"}, DP.scenarioText(r.scenario));
+      const regime = DP.regimeText(r);
+      if (regime) scen.appendChild(DP.el("div", {"class": "regime muted"}, regime));
+      tr.appendChild(scen);
       if (where.size > 1) tr.appendChild(DP.el("td", {"class": "muted"}, r.machine + " / " + r.env));
       for (const k of keys) tr.appendChild(r.cells[k] ? cellNode(r.cells[k]) : DP.el("td", {"class": "muted"}, "—"));
       tbody.appendChild(tr);

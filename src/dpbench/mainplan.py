@@ -114,7 +114,10 @@ def plan_lines(selected: int) -> list[str]:
         known = known and est is not None
         chain = "first" if i == 0 else "side" if step.side else "alone" if step.alone else "main"
         chains[chain] += est or 0.0
-        how = {"side": "; beside the next, its own asv run", "alone": "; alone, after the rest"}
+        how = {
+            "side": "; beside the twin steps, its own asv run",
+            "alone": "; alone, after the rest",
+        }
         lines.append(
             f"{step.title}: {n} release(s), {PICKS[step.picks]}{how.get(chain, '')}; {_minutes(est)}"
         )

@@ -397,6 +397,32 @@ class SummaryRow:
     cells: dict[str, tuple[dict[str, Any], Side | None, Side | None, Change]] = field(
         default_factory=dict
     )  # column key → (chart, A, B, change)
+    regime: dict[str, float] = field(default_factory=dict)  # requests, pool: B's (else A's)
+
+    @property
+    def seeds(self) -> int | None:
+        """How many seeds (or repeats) the row's cells hold, on the side with most."""
+        counts = [
+            sum(v is not None for v in side.samples)
+            for _, a, b, _ in self.cells.values()
+            for side in (a, b)
+            if side is not None and side.samples
+        ]
+        return max(counts) if counts else None
+
+
+def regime_text(row: SummaryRow) -> str:
+    """ "1,024 requests a run · 5 seeds · pool reached 1.00": what a summary row ran (the
+    pages say the same: dashboard.js regimeText)."""
+    parts = []
+    if "requests" in row.regime:
+        parts.append(f"{row.regime['requests']:,.0f} requests a run")
+    if row.seeds:
+        what = "seeds" if row.tier.startswith("twin") else "runs"  # a server's are repeats
+        parts.append(f"{row.seeds} {what}" if row.seeds > 1 else "1 run")
+    if "pool" in row.regime:
+        parts.append(f"pool reached {row.regime['pool']:.2f}")
+    return " · ".join(parts)
 
 
 def scenario_text(scenario: dict[str, str]) -> str:
@@ -414,11 +440,15 @@ def summary(
     parameter) first, the control (delayer off) after.
     """
     columns: dict[tuple[str, str], dict[str, Any]] = {}
+    regimes: dict[tuple[str, str], dict[str, Any]] = {}
     for chart in model["charts"]:
         key, section = chart.get("key"), chart.get("section")
-        if key is None or section is None:
+        if section is None:
             continue
-        columns.setdefault((section, key), chart)
+        if key is not None:
+            columns.setdefault((section, key), chart)
+        elif chart.get("regime"):
+            regimes.setdefault((section, chart["regime"]), chart)
     out: dict[str, dict[tuple[str, str, str], SummaryRow]] = {}
     for (section, key), chart in columns.items():
         for s in chart["series"]:
@@ -437,6 +467,14 @@ def summary(
                     section, scen, s["machine"], s["env"], metrics.is_control(scen)
                 )
             row.cells[key] = (chart, a, b, change_of(a, b, chart["better"], chart["tier"]))
+    for (section, regime), chart in regimes.items():
+        for s in chart["series"]:
+            rows = out.get(section, {})
+            scen = {k: v for k, v in s["scenario"].items() if k != "run"}
+            rk = (scenario_text(scen), s["machine"], s["env"])
+            side = side_at(s, ib) or side_at(s, ia)
+            if rk in rows and side is not None:
+                rows[rk].regime[regime] = side.value
     return {
         section: sorted(
             rows.values(), key=lambda r: (r.control, _scenario_sort(r), r.machine, r.env)

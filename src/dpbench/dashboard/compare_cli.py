@@ -30,6 +30,7 @@ from dpbench.dashboard.compare import (
     Side,
     compare_commits,
     fmt_pct,
+    regime_text,
     regressions,
     resolve_commit,
     scenario_text,
@@ -114,7 +115,9 @@ def print_summary(console: Console, model: dict, ia: int, ib: int, machine: str 
             for k in keys:
                 table.add_column(headings[k], overflow="fold")
             for r in part:
-                cells = [Text(scenario_text(r.scenario)), Text(f"{r.machine} / {r.env}")]
+                regime = regime_text(r)
+                scen = scenario_text(r.scenario) + (f"\n{regime}" if regime else "")
+                cells = [Text(scen), Text(f"{r.machine} / {r.env}")]
                 for k in keys:
                     cells.append(_cell(*r.cells[k]) if k in r.cells else Text("—"))
                 table.add_row(*cells)

@@ -143,6 +143,22 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
 )
 _KEY_COMPILED = tuple((k, h, re.compile(p)) for k, h, p in KEY_METRICS)
 
+# What regime a summary row shows, beside its scenario (not compared, never a verdict): the
+# requests a run finished and the KV pool's peak occupancy (with the seed count of its cells).
+REGIME_METRICS: tuple[tuple[str, str], ...] = (
+    ("requests", r"^requests_finished_count$"),
+    ("pool", r"^kv_pool_occupied_max$"),
+)
+_REGIME_COMPILED = tuple((k, re.compile(p)) for k, p in REGIME_METRICS)
+
+
+def regime_metric(name: str) -> str | None:
+    """The regime a metric name tells (``requests``, ``pool``), or None."""
+    for key, pattern in _REGIME_COMPILED:
+        if pattern.search(name):
+            return key
+    return None
+
 
 def key_metric(name: str) -> str | None:
     """The summary column a metric name fills, or None."""

@@ -170,6 +170,7 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
                     "title": meta.get("pretty_name") or v.benchmark.split(".", 1)[-1],
                     "metric": name,
                     "key": metrics.key_metric(name),
+                    "regime": metrics.regime_metric(name),
                     "unit": meta.get("unit") or "unitless",
                     "better": d.better,
                     "better_why": d.why,
@@ -265,7 +266,10 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
         if c["key"] and c["source"] == "asv":
             key_groups[c["tier"]].add(c["group"])
     for c in out_charts:
-        if not c["key"]:
+        if c.get("regime") and c["source"] == "asv" and c["group"] in key_groups[c["tier"]]:
+            several = len(key_groups[c["tier"]]) > 1  # the rows its section's key metrics fill
+            c["section"] = f"{c['tier']} · {c['group']}" if several else c["tier"]
+        elif not c["key"]:
             c["section"] = None
         elif c["source"] == "asv":
             several = len(key_groups[c["tier"]]) > 1
