@@ -69,3 +69,31 @@ def test_interrupted_step_leaves_no_process(sig):
     assert not [p for p in tree if alive(p)], (
         "processes left behind after the main job was interrupted"
     )
+
+
+def test_a_niced_step_runs_at_the_lowest_priority_of_its_own_session(capfd):
+    """Beside a simulated server the twin's steps must yield the CPU: with autogroup scheduling
+    a session is one group whatever its processes' nice values, so the step's session (its
+    autogroup) is set to 19 as well, and its children inherit both."""
+    from pathlib import Path
+
+    from dpbench import mainjob
+
+    probe = (
+        "import os, subprocess, sys; from pathlib import Path;"
+        "group = Path('/proc/self/autogroup').read_text().split() if Path('/proc/self/autogroup').exists() else ['-', '-', '-'];"
+        "child = subprocess.run([sys.executable, '-c', 'import os; print(os.nice(0))'], capture_output=True, text=True).stdout.strip();"
+        "print('PROBE', os.nice(0), group[-1], child, flush=True)"
+    )
+    assert mainjob._run([sys.executable, "-c", probe], cwd=Path("."), nice=True) == 0
+    line = next(x for x in capfd.readouterr().out.splitlines() if x.startswith("PROBE"))
+    _, own, group, child = line.split()
+    assert own == "19" and child == "19"
+    if (
+        Path("/proc/self/autogroup").exists()
+        and Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    ):
+        assert group == "19"
+    assert mainjob._run([sys.executable, "-c", probe], cwd=Path(".")) == 0
+    line = next(x for x in capfd.readouterr().out.splitlines() if x.startswith("PROBE"))
+    assert line.split()[1] == "0"  # not niced unless asked
