@@ -395,9 +395,9 @@ class SimulatedRooflineServe:
 
         return cache_settings(
             (_sim_key(s, dp, d), lambda s=s, dp=dp, d=d: one(s, dp, d))
-            for s in get_args(SimSpec)
-            for dp in SIM_DP_SIZES
-            for d in get_args(DelayerMode)
+            for s in self.params[0]
+            for dp in self.params[1]
+            for d in self.params[2]  # the control class runs the delayer off, this one on
         )
 
     setup_cache.timeout = 3600
