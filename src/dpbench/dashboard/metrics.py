@@ -40,7 +40,7 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
     # machine's loop speed): whether a run is valid, never whether SGLang got better.
     (
         r"client_send_lateness|loop_lag|event_loop_lag|device_idle|pickup_ms|first_token_return|"
-        r"cpu_pressure|run_queue_wait|"
+        r"cpu_pressure|run_queue_wait|main_thread_wait|"
         r"server_startup|"
         r"scheduler_pass_us|passes_per_s|pass_wall_over_rank_work",
         "instrument",

@@ -32,8 +32,10 @@ from dpbench.server.config import DelayerConfig, ServerConfig, build_command
 from dpbench.server.health import (
     cpu_pressure_fraction,
     cpu_pressure_total_us,
+    process_title,
     run_delay_ns,
     run_queue_wait_fraction,
+    waits_by_process,
 )
 from dpbench.server.launcher import ServerProcess, check_gpus
 from dpbench.server.loadgen import Schedule, drive, run_load
@@ -584,7 +586,9 @@ class _Replay:
     before: Any
     after: Any
     pressure: float | None
-    waited: float | None
+    waited: float | None  # all threads summed, the most-waiting process
+    waited_main: float | None  # main threads, the most-waiting process
+    waits: list[dict[str, Any]]  # per process (health.waits_by_process)
     died: str | None
 
 
@@ -658,7 +662,9 @@ def execute_replays(
             t_load = time.monotonic()
             psi_before = cpu_pressure_total_us()
             server_pids = group_members(server.pgid)
+            titles = {pid: process_title(pid) for pid in server_pids}
             waited_before = run_delay_ns(server_pids)
+            main_before = run_delay_ns(server_pids, main_thread=True)
             with _RankWatch(server) as watch:
                 load = run_load(
                     drive(
@@ -671,6 +677,8 @@ def execute_replays(
                     )
                 )
             t_end = time.monotonic()
+            waited_after = run_delay_ns(server_pids)
+            main_after = run_delay_ns(server_pids, main_thread=True)
             load_wall = t_end - t_load
             done.append(
                 _Replay(
@@ -684,8 +692,10 @@ def execute_replays(
                     before=before,
                     after=scrape(base_url) if watch.died is None else None,
                     pressure=cpu_pressure_fraction(psi_before, cpu_pressure_total_us(), load_wall),
-                    waited=run_queue_wait_fraction(
-                        waited_before, run_delay_ns(server_pids), load_wall
+                    waited=run_queue_wait_fraction(waited_before, waited_after, load_wall),
+                    waited_main=run_queue_wait_fraction(main_before, main_after, load_wall),
+                    waits=waits_by_process(
+                        titles, waited_before, waited_after, main_before, main_after, load_wall
                     ),
                     died=watch.died,
                 )
@@ -736,9 +746,13 @@ def _replay_result(
     metrics: dict[str, Metric] = {**summarize(load, opts.slo)}
     if rep.pressure is not None:  # this machine's contention during the load (instrument health)
         metrics["cpu_pressure_fraction"] = Metric(rep.pressure, "fraction of wall time", "lower")
-    if rep.waited is not None:  # how much the machine delayed the server's own processes
+    if rep.waited is not None:  # all threads summed (gloo's many loop threads inflate it)
         metrics["server_run_queue_wait_fraction"] = Metric(
             rep.waited, "fraction of wall time", "lower"
+        )
+    if rep.waited_main is not None:  # how much the machine delayed the server's own loops
+        metrics["server_main_thread_wait_fraction"] = Metric(
+            rep.waited_main, "fraction of wall time", "lower"
         )
     extra: dict[str, Any] = {
         "executor": executor,
@@ -753,6 +767,8 @@ def _replay_result(
         "dispatch": prep.options.dispatch,
         "server_log": str(log),
     }
+    if rep.waits:
+        extra["run_queue_wait_by_process"] = rep.waits
     if replays > 1:
         extra["replay"] = {
             "index": rep.index,
