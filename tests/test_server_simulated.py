@@ -109,6 +109,24 @@ def test_the_result_is_marked_simulated_with_its_cost_model(sim_run):
     assert m["dp_coop_decode_tokens_total"]["value"] > 0
 
 
+def test_the_run_names_how_long_each_server_process_waited_for_a_cpu(sim_run):
+    """The instrument's run-queue check reads each process's main thread; the sum over its
+    threads (a scheduler's gloo loop threads) is recorded beside it, never smaller."""
+    _, _, _, result, _, _ = sim_run
+    m = result["metrics"]
+    main = m["server_main_thread_wait_fraction"]["value"]
+    assert 0 <= main <= m["server_run_queue_wait_fraction"]["value"]
+    rows = result["extra"]["run_queue_wait_by_process"]
+    names = [r["process"] for r in rows]
+    schedulers = [n for n in names if n.startswith("sglang::scheduler")]  # SGLang's titles
+    assert len(schedulers) == 2 and any("DP1" in n for n in schedulers), names
+    assert all(0 <= r["main_thread"] <= r["all_threads"] for r in rows)
+    assert rows[0]["main_thread"] == pytest.approx(main)  # the most-waiting one decides
+    assert (
+        "server_main_thread_wait_fraction" not in result["extra"]["instrument_health"]["unchecked"]
+    )
+
+
 def test_the_overlap_schedule_launches_onto_a_busy_virtual_device(sim_run):
     # SGLang's overlap loop schedules and launches batch k+1 before it reads batch k's
     # results: with the virtual device the launch comes before k's device end, and the
