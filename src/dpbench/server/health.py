@@ -78,8 +78,8 @@ def run_delay_ns(pids: list[int], *, main_thread: bool = False) -> dict[int, int
     for pid in pids:
         total = 0
         try:
-            tasks = [Path(f"/proc/{pid}/task/{pid}")] if main_thread else None
-            for task in tasks or Path(f"/proc/{pid}/task").iterdir():
+            tasks = Path(f"/proc/{pid}/task")
+            for task in [tasks / str(pid)] if main_thread else tasks.iterdir():
                 total += int((task / "schedstat").read_text().split()[1])
         except (OSError, IndexError, ValueError):
             continue
