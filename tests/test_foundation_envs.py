@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -10,11 +11,16 @@ import pytest
 from dpbench.envs import ensure_env
 
 PROBE = """
-import json, importlib.metadata as md
+import json, os, sys, importlib.metadata as md
 import sglang, torch, sglang.srt.managers.schedule_policy, sglang.srt.managers.prefill_delayer
+import sglang.srt.managers.scheduler
+# run with PYTHONDONTWRITEBYTECODE=1: a module with no .pyc was compiled from source here
+from_source = sorted(n for n, m in list(sys.modules.items())
+                     if isinstance(c := getattr(m, "__cached__", None), str) and not os.path.exists(c))
 print(json.dumps({"sglang": sglang.__version__, "transformers": md.version("transformers"),
                   "torch": torch.__version__, "cuda": torch.cuda.is_available(),
-                  "flashinfer": any(d.metadata["Name"] == "flashinfer-python" for d in md.distributions())}))
+                  "flashinfer": any(d.metadata["Name"] == "flashinfer-python" for d in md.distributions()),
+                  "imported": len(sys.modules), "from_source": from_source}))
 """
 
 
@@ -25,11 +31,18 @@ def test_release_env_imports_scheduler_with_its_pins(version, transformers, tmp_
     script.write_text(PROBE)
     env = ensure_env(version)
     out = subprocess.run(
-        [str(env.python), str(script)], capture_output=True, text=True, timeout=300
+        [str(env.python), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     assert out.returncode == 0, out.stderr[-2000:]
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["sglang"] == version
+    # the environment's bytecode was written when it was built: no module SGLang's
+    # scheduler imports is compiled from source in a process that may not write .pyc
+    assert info["imported"] > 1000 and info["from_source"] == [], info["from_source"][:20]
     assert info["transformers"] == transformers
     assert info["torch"].startswith("2.14.1")
     assert info["flashinfer"] is False, "GPU-only dependencies must not be installed"
