@@ -1,6 +1,7 @@
 """The simulated-forward server's process lifecycle on this CPU (real wheels): servers started
 through the CLI and signalled, a taken port, a server dying at start-up or a rank dying
-mid-run, two nodes on loopback. No SGLang process may outlive any of it."""
+mid-run (two nodes on loopback: ``test_server_two_nodes.py``, a file of its own so that
+pytest's workers run it beside these). No SGLang process may outlive any of it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import subprocess
 
 import pytest
 from simserver import (
-    DPBENCH,
-    SPEC,
     cli_args,
     cli_run,
     server_processes,
@@ -21,10 +20,8 @@ from simserver import (
     wait_until,
 )
 
-from dpbench import results
-from dpbench.procs import free_port, free_port_with
+from dpbench.procs import free_port
 from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
-from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -108,65 +105,3 @@ def test_a_rank_dying_mid_run_stops_the_run_and_keeps_a_partial_result(tmp_path)
     assert "\n" not in msg and "server log:" in msg and "partial result kept" in msg
     assert info.value.result["extra"]["incomplete"].startswith("server process died")
     assert server_processes(str(tmp_path), sessions) == []
-
-
-def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
-    """SGLang's own --nnodes/--node-rank/--dist-init-addr: node 1 by `server launch`, node 0 by `server run`."""
-    # SGLang derives its inter-node ZMQ ports from the dist-init port: keep the whole block
-    # free and outside the kernel's ephemeral range (an outgoing socket once took one).
-    addr = f"127.0.0.1:{free_port_with(range(1, 64))}"
-    steps = tmp_path / "steps"  # one directory both "nodes" write their ranks' records to
-    common = ["--dp", "2", "--simulate-forward", "--sglang", "0.5.23", "--nnodes", "2",
-              "--dist-init-addr", addr, "--step-records-dir", str(steps)]  # fmt: skip
-    node1 = subprocess.Popen(
-        [
-            DPBENCH,
-            "server",
-            "launch",
-            SPEC,
-            *common,
-            "--node-rank",
-            "1",
-            "--port",
-            str(free_port_with(DERIVED_PORT_OFFSETS)),
-            "--log",
-            str(tmp_path / "node1.log"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        node0 = subprocess.run(
-            [
-                DPBENCH,
-                "server",
-                "run",
-                SPEC,
-                *common,
-                "--node-rank",
-                "0",
-                "--log-dir",
-                str(tmp_path),
-                "-o",
-                str(tmp_path / "run.json"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert node0.returncode == 0, node0.stderr[-3000:]
-        result = results.load(tmp_path / "run.json")
-        m = result["metrics"]
-        assert m["requests_ok_total"]["value"] == 24 and m["errors_total"]["value"] == 0
-        assert m["delayer_outcomes_total"]["value"] > 0
-        assert (
-            result["extra"]["steps"]["steps_per_rank"][0]
-            == result["extra"]["steps"]["steps_per_rank"][1]
-            > 0
-        )
-        node1.wait(timeout=120)  # node 1's SGLang exits once node 0's is gone
-    finally:
-        if node1.poll() is None:
-            node1.send_signal(signal.SIGINT)
-            node1.wait(timeout=120)
