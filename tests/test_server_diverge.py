@@ -47,6 +47,7 @@ def test_identical_sequences_report_no_divergence():
     assert rep["departures"]["rank_label_pairs"] == {}
     assert rep["departures"]["decision_pairs"] == {}
     assert rep["departures"]["first_decision"] is None
+    assert rep["departures"]["first_departure"] is None
     assert rep["departures"]["matched_steps"] == 3
     assert rep["counts"]["server"] == rep["counts"]["twin"]
 
@@ -64,6 +65,10 @@ def test_a_decision_divergence_is_found_at_its_step_with_both_states():
     # both ranks had requests waiting and running on both sides: a decision, not an input
     assert rep["departures"]["decision_pairs"] == {"decode:false-report → extend:new": 1}
     assert rep["departures"]["first_decision"]["server_step"] == 2
+    first = rep["departures"]["first_departure"]
+    assert (first["op"], first["server_step"], first["twin_step"]) == ("replace", 2, 2)
+    assert [w["step"] for w in first["server"]] == [0, 1, 2, 3]
+    assert first["server"][2]["ranks"] == [EXT.brief(), FALSE.brief()]
     assert rep["why_mixed"][0] == {
         "ranks": "extend:new | decode:false-report",
         "server": 1,
@@ -88,6 +93,12 @@ def test_an_extra_pass_on_one_side_is_aligned_around():
     assert d["matched_steps"] == 3
     assert d["unmatched_twin"] == {"none": 1} and d["unmatched_server"] == {}
     assert d["rank_label_pairs"] == {}
+    assert d["first_departure"] is None  # a pass with no forward anywhere is stepped around
+    # a step with a forward only one side ran is a departure, where it is
+    extra = [*twin[:3], (EXT, EXT), *twin[3:]]
+    first = dv.departures(server, extra)["first_departure"]
+    assert (first["op"], first["server_step"], first["twin_step"]) == ("insert", 2, 3)
+    assert (first["server_unmatched"], first["twin_unmatched"]) == (0, 1)
 
 
 def test_twin_steps_read_the_timeline_and_refuse_an_old_one():

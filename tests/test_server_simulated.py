@@ -264,13 +264,22 @@ def test_the_divergence_finder_on_a_real_run_and_an_injected_departure(sim_run, 
         assert any(p["finished"] > 0 for p in passes)
     # inject: the twin's rank 1 extends at a step where both ranks decode, inside the run
     twin = dv.replay_twin(tmp / "run.json", tmp_path / "twin.json")
-    base = dv.compare(server, dv.twin_steps(twin))["first_divergence"]
+    base_report = dv.compare(server, dv.twin_steps(twin))
+    base, base_departure = base_report["first_divergence"], base_report["departures"]
     tl = twin["extra"]["timeline"]
     kinds = list(zip(tl["rank_kind"][0], tl["rank_kind"][1], strict=True))
     step = next(i for i in range(5, len(kinds) - 5) if kinds[i - 1 : i + 2] == [(1, 1)] * 3)
     tl["rank_kind"][1][step] = 2
     tl["rank_chunked"][1][step] = -1
-    got = dv.compare(server, dv.twin_steps(twin))["first_divergence"]
+    got_report = dv.compare(server, dv.twin_steps(twin))
+    got = got_report["first_divergence"]
+    # after alignment too: the injected forward is where the sequences first part, unless
+    # they had parted before it
+    departed = got_report["departures"]["first_departure"]
+    before = base_departure["first_departure"]
+    assert departed is not None and departed["twin_step"] <= step
+    if before is None or before["twin_step"] > step:
+        assert departed["twin_step"] == step
     first = base["first_kind_step"]
     assert got["first_kind_step"] == min(step, first if first is not None else step)
     if (first is None or first > step) and (

@@ -350,10 +350,16 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
     unmatched_server: Counter[str] = Counter()
     unmatched_twin: Counter[str] = Counter()
     matched = 0
+    first_departure: dict[str, Any] | None = None
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             matched += i2 - i1
             continue
+        # the first place the aligned sequences part, past passes one side ran with no
+        # forward anywhere (an arrival a pass later: the alignment steps around it)
+        idle_only = all(step_kind(x) == "none" for x in (*server[i1:i2], *twin[j1:j2]))
+        if first_departure is None and not idle_only:
+            first_departure = _departure_window(server, twin, op, i1, i2, j1, j2)
         for s in server[i1:i2]:
             unmatched_server[step_kind(s)] += 1
         for t in twin[j1:j2]:
@@ -392,6 +398,37 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
         # a chunk in flight) on both sides and some rank still ran another kind of forward
         "decision_pairs": dict(decisions.most_common()),
         "first_decision": first_decision,
+        "first_departure": first_departure,
+    }
+
+
+def _departure_window(
+    server: Sequence[Step],
+    twin: Sequence[Step],
+    op: str,
+    i1: int,
+    i2: int,
+    j1: int,
+    j2: int,
+    window: int = 3,
+) -> dict[str, Any]:
+    """Where the alignment first parts: each side's steps from ``window`` aligned steps
+    before it to ``window`` past its start, with what every rank saw and did."""
+
+    def span(steps: Sequence[Step], lo: int) -> list[dict[str, Any]]:
+        return [
+            {"step": i, "ranks": [p.brief() for p in steps[i]]}
+            for i in range(max(0, lo - window), min(len(steps), lo + window + 1))
+        ]
+
+    return {
+        "op": op,
+        "server_step": i1,
+        "twin_step": j1,
+        "server_unmatched": i2 - i1,
+        "twin_unmatched": j2 - j1,
+        "server": span(server, i1),
+        "twin": span(twin, j1),
     }
 
 
@@ -445,6 +482,18 @@ def render(report: dict[str, Any], top: int = 8) -> str:
     lines.append("decisions (same kind of state on every rank, another forward), by label:")
     for k, v in list(d["decision_pairs"].items())[:top]:
         lines.append(f"  {v:>5}  {k}")
+    fdep = d.get("first_departure")
+    if fdep is None:
+        lines.append("first departure after alignment: none")
+    else:
+        lines.append(
+            f"first departure after alignment: server step {fdep['server_step']}, twin step "
+            f"{fdep['twin_step']} ({fdep['op']}: {fdep['server_unmatched']} server step(s) "
+            f"against {fdep['twin_unmatched']} twin step(s))"
+        )
+        for side in ("server", "twin"):
+            for w in fdep[side]:
+                lines.append(f"  {side:<6} {w['step']:>5}: " + " ; ".join(w["ranks"]))
     fd2 = d["first_decision"]
     if fd2 is None:
         lines.append("  none: every departure followed a difference in what the ranks saw")
