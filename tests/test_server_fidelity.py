@@ -125,3 +125,14 @@ def test_a_server_run_that_lost_requests_is_not_compared():
         FidelityError, match=r"r1.json: 248 of 1024 requests did not complete \({'timeout': 248}\)"
     ):
         check_complete(run(776.0, 248.0), Path("r1.json"))
+    # the client's own words for the first failure, where the run kept them
+    lost = run(1022.0, 0.0)
+    lost["metrics"]["errors_connect_total"] = {"value": 2.0}
+    lost["extra"] = {"failed_requests": [
+        {"id": "t17", "kind": "connect", "error": "ClientOSError: [Errno 104] Connection reset by peer",
+         "http_status": None, "sent_s": 12.5}]}  # fmt: skip
+    with pytest.raises(
+        FidelityError,
+        match=r"\({'connect': 2}; first: t17 connect 12.5 s after the first send: ClientOSError",
+    ):
+        check_complete(lost, Path("r2.json"))

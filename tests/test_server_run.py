@@ -56,8 +56,8 @@ def test_prepare_builds_the_command_from_the_kv_plan(python_0523):
     assert "--enable-prefill-delayer" not in again.command
 
 
-@pytest.mark.sglang
-def test_execute_against_the_protocol_double_writes_a_valid_run_result(python_0523, tmp_path):
+def _against_the_double(python_0523, tmp_path, *double_args: str):
+    """A run of 12 balanced-baseline requests with the protocol test double in SGLang's place."""
     # Flags from the real 0.5.23 install; `python` is this interpreter (it runs the double, not SGLang).
     opts = RunOptions(
         spec="balanced-baseline",
@@ -71,7 +71,7 @@ def test_execute_against_the_protocol_double_writes_a_valid_run_result(python_05
     prep = prepare(opts, flags=server_flags(python_0523))
     # Swap SGLang for the protocol test double: same port, same lifecycle, CPU only.
     port = prep.config.port
-    prep = dataclasses.replace(
+    return dataclasses.replace(
         prep,
         python=str(python_0523),  # provenance is read from the install whose flags were used
         command=[
@@ -84,8 +84,14 @@ def test_execute_against_the_protocol_double_writes_a_valid_run_result(python_05
             "0.01",
             "--itl-s",
             "0.0005",
+            *double_args,
         ],
     )
+
+
+@pytest.mark.sglang
+def test_execute_against_the_protocol_double_writes_a_valid_run_result(python_0523, tmp_path):
+    prep = _against_the_double(python_0523, tmp_path)
     seen = []
     result = execute(prep, on_done=seen.append)
     path = results.save(tmp_path / "run.json", result)
@@ -109,6 +115,21 @@ def test_execute_against_the_protocol_double_writes_a_valid_run_result(python_05
         loaded["sglang"]["version"] == "0.5.23"
     )  # from the flags' install (sglang is not in this venv)
     assert sum(loaded["extra"]["requests_per_dp_rank"].values()) == 12
+    assert "failed_requests" not in loaded["extra"]
+
+
+@pytest.mark.sglang
+def test_a_run_keeps_what_the_client_said_of_each_failed_request(python_0523, tmp_path):
+    """Not only a count by kind: a fidelity comparison that refuses the run names the first."""
+    prep = _against_the_double(python_0523, tmp_path, "--http-error-every", "4")
+    result = execute(prep)
+    m = result["metrics"]
+    failed = result["extra"]["failed_requests"]
+    assert (
+        m["errors_http_total"]["value"] == len(failed) == 12 - m["requests_ok_total"]["value"] > 0
+    )
+    assert all(f["kind"] == "http" and f["http_status"] >= 400 and f["error"] for f in failed)
+    assert all(f["sent_s"] >= 0 for f in failed) and len({f["id"] for f in failed}) == len(failed)
 
 
 @pytest.mark.sglang

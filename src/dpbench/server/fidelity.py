@@ -323,10 +323,18 @@ def check_complete(server: dict[str, Any], path: Path) -> None:
             for k, v in m.items()
             if k.startswith("errors_") and k != "errors_total" and v["value"]
         }
+        failed = server.get("extra", {}).get("failed_requests") or []
+        first = (
+            f"; first: {failed[0]['id']} {failed[0]['kind']} {failed[0]['sent_s']} s after "
+            f"the first send: {failed[0]['error'] or 'no message'}"
+            if failed
+            else ""
+        )
         raise FidelityError(
-            f"{path}: {int(total - ok)} of {int(total)} requests did not complete ({kinds}); "
-            "the server aborted them, so the run is not comparable with the twin (a client "
-            "timeout: give a longer --client-read-timeout-s, or remove the file to re-run it)"
+            f"{path}: {int(total - ok)} of {int(total)} requests did not complete ({kinds}"
+            f"{first}); the server aborted them, so the run is not comparable with the twin "
+            "(a client timeout: give a longer --client-read-timeout-s, or remove the file to "
+            "re-run it)"
         )
 
 

@@ -54,6 +54,8 @@ from dpbench.sglang_compat.server import (
 # attention shapes and vocabulary with 4 layers, so its KV pool fits a CPU's memory. The
 # forward's time comes from the cost model of the spec's own model.
 SIM_SERVER_MODEL = "deepseek-v3-tiny"
+# failed requests whose client-side error a run result keeps (``extra.failed_requests``)
+FAILED_REQUESTS_KEPT = 10
 
 
 class ServerRunError(RuntimeError):
@@ -769,6 +771,18 @@ def _replay_result(
     }
     if rep.waits:
         extra["run_queue_wait_by_process"] = rep.waits
+    failed = [o for o in load.outcomes if not o.ok]
+    if failed:  # what went wrong, in the client's words, not only a count by kind
+        extra["failed_requests"] = [
+            {
+                "id": o.id,
+                "kind": o.error_kind,
+                "error": o.error,
+                "http_status": o.http_status,
+                "sent_s": round(o.start_s - load.t0, 3),  # after the first send
+            }
+            for o in failed[:FAILED_REQUESTS_KEPT]
+        ]
     if replays > 1:
         extra["replay"] = {
             "index": rep.index,
