@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from dpbench.procs import free_port_with
-from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS
+from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, SERVER_PORT_RANGE
 
 
 def test_derived_ports_stay_valid_and_free():
@@ -32,3 +33,17 @@ def test_a_taken_derived_port_is_avoided():
     finally:
         for s in held:
             s.close()
+
+
+def test_a_server_port_is_drawn_below_the_ports_sglang_draws_for_itself(tmp_path):
+    """0.5.23 draws its torch.distributed store's port from [22000, 29999], the kernel from
+    its ephemeral range: a server's --port must come from neither."""
+    from simserver import sim_options
+
+    from dpbench.server.run import prepare
+
+    low, high = SERVER_PORT_RANGE
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert high <= 22000 and high + max(DERIVED_PORT_OFFSETS) <= ephemeral_low
+    ports = {prepare(sim_options("0.5.23", tmp_path)).config.port for _ in range(5)}
+    assert all(low <= p < high for p in ports)

@@ -12,7 +12,7 @@ from simserver import DPBENCH, SPEC
 
 from dpbench import results
 from dpbench.procs import free_port_with
-from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS
+from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, SERVER_PORT_RANGE
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -21,7 +21,8 @@ def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
     """SGLang's own --nnodes/--node-rank/--dist-init-addr: node 1 by `server launch`, node 0 by `server run`."""
     # SGLang derives its inter-node ZMQ ports from the dist-init port: keep the whole block
     # free and outside the kernel's ephemeral range (an outgoing socket once took one).
-    addr = f"127.0.0.1:{free_port_with(range(1, 64))}"
+    low, high = SERVER_PORT_RANGE  # below the ports SGLang draws for itself
+    addr = f"127.0.0.1:{free_port_with(range(1, 64), low=low, high=high)}"
     steps = tmp_path / "steps"  # one directory both "nodes" write their ranks' records to
     common = ["--dp", "2", "--simulate-forward", "--sglang", "0.5.23", "--nnodes", "2",
               "--dist-init-addr", addr, "--step-records-dir", str(steps)]  # fmt: skip
@@ -35,7 +36,7 @@ def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
             "--node-rank",
             "1",
             "--port",
-            str(free_port_with(DERIVED_PORT_OFFSETS)),
+            str(free_port_with(DERIVED_PORT_OFFSETS, low=low, high=high)),
             "--log",
             str(tmp_path / "node1.log"),
         ],

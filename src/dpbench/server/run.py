@@ -45,6 +45,7 @@ from dpbench.server.steps import replay_suffix, trace_id
 from dpbench.sglang_compat.detect import UnsupportedSGLang
 from dpbench.sglang_compat.server import (
     DERIVED_PORT_OFFSETS,
+    SERVER_PORT_RANGE,
     ServerFlags,
     flush_cache,
     server_flags,
@@ -374,7 +375,9 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         notes.append(f"dummy weights from the config at {model_path}")
     if opts.port:
         check_port_free(opts.port)
-    port = opts.port or free_port_with(DERIVED_PORT_OFFSETS)
+    port = opts.port or free_port_with(
+        DERIVED_PORT_OFFSETS, low=SERVER_PORT_RANGE[0], high=SERVER_PORT_RANGE[1]
+    )
     cfg = ServerConfig(
         model_path=model_path,
         load_format=load_format,

@@ -45,6 +45,15 @@ class ServerHelpError(RuntimeError):
 # Ports SGLang derives from --port (offsets): the gRPC port defaults to --port + 10000
 # (0.5.14 … 0.5.23, `ServerArgs.grpc_port`; 0.5.14 refuses to start when it exceeds 65535).
 DERIVED_PORT_OFFSETS: tuple[int, ...] = (10000,)
+# Where a server's --port is drawn: below the ports SGLang draws for itself, for a child to
+# bind later. 0.5.23 takes its torch.distributed store's port (``nccl_port``,
+# ``get_free_port_below_ephemeral``) at random from [22000, 29999]; 0.5.14 … 0.5.17 ask the
+# kernel (the ephemeral range, 32768 up). A --port drawn from [22000, 30000) was once taken
+# by such a store before the HTTP server bound it, a minute into start-up, with three
+# servers starting side by side (a fresh-clone test run, 2026-12-03: "[Errno 98] error
+# while attempting to bind on address"). With the gRPC offset above, [12000, 22000) stays
+# ≤ 65535.
+SERVER_PORT_RANGE: tuple[int, int] = (12000, 22000)
 
 _INSTALL_KEY_SNIPPET = r"""
 import hashlib, importlib.metadata as md, importlib.util, json, pathlib
