@@ -20,18 +20,25 @@ bench: $(STAMP)
 # What the tests need beyond .venv: the SGLang release environments they run, with the
 # simulated-forward server's extras, two built at once
 # (built once, cached in .cache/) and Debian's Chromium for the dashboard's browser tests.
+# Chromium installs (as root) while the environments build: apt waits on the network and
+# the disk, pip and compileall on the CPU.
+ENVS := $(VENV)/bin/dpbench env create --server --jobs 2 0.5.16 0.5.17 0.5.23
 test-deps: $(STAMP)
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "browser tests need Debian's chromium: sudo apt-get install chromium"; fi; }
-	$(VENV)/bin/dpbench env create --server --jobs 2 0.5.16 0.5.17 0.5.23
+	@if command -v chromium >/dev/null 2>&1; then $(ENVS); \
+	elif [ "$$(id -u)" != 0 ]; then echo "browser tests need Debian's chromium: sudo apt-get install chromium"; $(ENVS); \
+	else \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } & apt=$$!; \
+	  $(ENVS) || { wait $$apt; exit 1; }; \
+	  wait $$apt || { echo "apt-get could not install chromium"; exit 1; }; \
+	fi
 
-# Three workers on two cores: the simulated-forward server tests spend most of their time
-# waiting on the simulated clock (the suite used ~52 % of two cores with two workers).
-# Whole files per worker: a file's shared server starts once.
+# Four workers on two cores: the simulated-forward server tests spend most of their time
+# waiting on the simulated clock (the suite used ~54 % of two cores with three workers).
+# Whole files per worker (a file's shared server starts once), the slowest files first
+# (tests/conftest.py; xdist's own order, most tests first, left the servers to the end).
 test: test-deps
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/python -m pytest -n 3 --dist loadfile --durations=40
+	$(VENV)/bin/python -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=40
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

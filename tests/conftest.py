@@ -16,6 +16,45 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 # The real wheels the CPU tests exercise: the before/after pair of PR #31835 and the newest.
 TEST_RELEASES = ("0.5.16", "0.5.17", "0.5.23")
 
+# The files that take longest, longest first: seconds of one pytest worker on a fresh clone of
+# the 2-core VM (`--durations`, 2026-12-03, three workers). pytest-xdist hands out whole files
+# (--dist loadfile) in collection order when told not to reorder them (--no-loadscope-reorder;
+# its default, most tests first, started these one- and two-test files last, so the
+# Mooncake-window servers ran alone at the end of the run); here they go first.
+SLOWEST_FILES = (
+    "test_server_routing_replays.py",  # one 0.5.23 server, three Mooncake-window replays: ~400
+    "test_dashboard_site.py",  # asv builds its environment and runs three releases: ~320
+    "test_twin_releases.py",  # ~270
+    "test_server_simulated.py",  # ~220
+    "test_twin_radix.py",  # ~190
+    "test_server_simulated_early.py",  # ~190
+    "test_server_production_trace.py",  # one 0.5.16 server on a Mooncake window: ~175
+    "test_server_lifecycle.py",  # ~160
+    "test_kernels_interpreter.py",  # ~120
+    "test_foundation_envs.py",  # ~90
+    "test_server_two_nodes.py",  # ~75
+    "test_twin_capacity.py",  # ~60
+    "test_server_simforward_hooks.py",  # ~55
+    "test_server_run.py",  # ~50
+    "test_twin_production_trace.py",  # ~40
+    "test_foundation_mainjob_faults.py",  # ~31
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest files first, one to each worker, then as many quick ones, then the rest of
+    the slow ones: before any file finishes, xdist gives a second file to each worker whose
+    first has at most two tests left, and a quick one there waits behind the slow one at
+    little cost. Every other file keeps its order."""
+    workers = getattr(config, "workerinput", {}).get("workercount") or 1
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    files = list(dict.fromkeys(item.path.name for item in items))
+    slow = sorted((f for f in files if f in rank), key=rank.__getitem__)
+    quick = [f for f in files if f not in rank]
+    order = slow[:workers] + quick[:workers] + slow[workers:] + quick[workers:]
+    at = {name: i for i, name in enumerate(order)}
+    items.sort(key=lambda item: at[item.path.name])  # stable: a file's own order is kept
+
 
 @pytest.fixture(scope="session")
 def release_env():

@@ -1,46 +1,67 @@
-"""SGLang's real DP-attention server (forward simulated) behind cache-aware routing on a window
-of Mooncake's production trace, replayed twice against one server with its caches flushed
-between (a file of its own: pytest's workers take files, so it runs beside the fidelity
-runs of ``test_server_production_trace.py`` instead of after them)."""
+"""SGLang 0.5.23's real DP-attention server (forward simulated) on a window of Mooncake's
+production trace, one start-up for three flushed replays: SGLang's own round robin (against
+the twin replaying its arrivals, as ``test_server_production_trace.py`` checks 0.5.16), then
+twice behind cache-aware routing (``fidelity.run_on_one_server``: settings that differ only
+on the client's side share a server, as the main job's repeats do)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from mooncake_window import SPEC, check_round_robin_report, trace_is_there
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
-SPEC = "mooncake-conversation-small"
 
-
-def test_cache_aware_routing_reaches_the_ranks_it_chose_in_each_flushed_replay(tmp_path):
-    """The load client routes as SGLang's router does (routed_dp_rank) and SGLang's DP
-    controller sends every request there; run as two replays against one server with its
-    caches flushed between (``flush_replays``: how the main job repeats a setting). Not a
-    fidelity target: behind cache-aware routing the replayed twin missed the delay-verdict
-    target with a healthy instrument (fresh-clone run 2026-12-02; +4.1 points in an earlier
-    run), a departure still to be found.
-
-    A flushed server replays like a fresh one where the flush matters: the second replay
-    sends the same prompts again, so a radix cache (or a router) that kept the first
-    replay's would hit far more than the trace's own sharing; both replays hit exactly what
-    the twin, fresh for each, hits on the same arrivals."""
-    from dpbench import results
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
     from dpbench.server import fidelity
 
-    inp = fidelity.Inputs(
-        spec=SPEC,
-        dp=2,
-        release="0.5.23",
-        chunked_prefill_size=8192,
-        dispatch="cache_aware",
-        repeats=2,
-        flush_replays=True,
+    trace_is_there()
+    common = dict(spec=SPEC, dp=2, release="0.5.23", chunked_prefill_size=8192)
+    round_robin = fidelity.Inputs(**common, flush_replays=True)
+    routed = fidelity.Inputs(**common, dispatch="cache_aware", repeats=2, flush_replays=True)
+    return fidelity.run_on_one_server(
+        [round_robin, routed], out_dir=tmp_path_factory.mktemp("mooncake-0.5.23")
     )
-    report = fidelity.run(inp, out_dir=tmp_path)
+
+
+def test_the_server_and_the_replayed_twin_agree_on_a_mooncake_window_0523(shared):
+    """Behind SGLang's own round robin: the first replay, on the server fresh from start-up."""
+    from dpbench import results
+
+    report, routed = shared
+    check_round_robin_report(report)
+    report_file = report["twin_result"].removesuffix("-twin.json")
+    (server,) = [results.load(p) for p in report["server_results"]]
+    assert server["extra"]["replay"]["flushed_before"] is False
+    (other,) = report["server_shared_with"]  # each report names the setting it shared with
+    assert "cache-aware" in other and routed["server_shared_with"] == [Path(report_file).name]
+
+
+def test_cache_aware_routing_reaches_the_ranks_it_chose_in_each_flushed_replay(shared):
+    """The load client routes as SGLang's router does (routed_dp_rank) and SGLang's DP
+    controller sends every request there; two replays against the server the round-robin
+    replay ran on, its caches flushed before each (``flush_replays``: how the main job
+    repeats a setting). Not a fidelity target: behind cache-aware routing the replayed twin
+    missed the delay-verdict target with a healthy instrument (fresh-clone run 2026-12-02;
+    +4.1 points in an earlier run), a departure still to be found.
+
+    A flushed server replays like a fresh one where the flush matters: each replay sends the
+    same prompts the one before sent, so a radix cache (or a router) that kept them would hit
+    far more than the trace's own sharing; both replays hit exactly what the twin, fresh for
+    each, hits on the same arrivals."""
+    from dpbench import results
+
+    first, report = shared
     servers = [results.load(p) for p in report["server_results"]]
-    assert [s["extra"]["replay"]["flushed_before"] for s in servers] == [False, True]
-    assert [s["extra"]["replay"]["rid_suffix"] for s in servers] == ["", "~1"]
-    assert servers[0]["metrics"]["server_startup_s"] == servers[1]["metrics"]["server_startup_s"]
+    (round_robin,) = [results.load(p) for p in first["server_results"]]
+    assert [s["extra"]["replay"]["flushed_before"] for s in servers] == [True, True]
+    assert [s["extra"]["replay"]["rid_suffix"] for s in servers] == ["~1", "~2"]
+    assert [s["extra"]["replay"]["of"] for s in servers] == [3, 3]
+    startup = round_robin["metrics"]["server_startup_s"]
+    assert [s["metrics"]["server_startup_s"] for s in servers] == [startup, startup]  # one start-up
     for server in servers:
         m = {k: v["value"] for k, v in server["metrics"].items()}
         assert m["requests_ok_total"] == 48 and m["errors_total"] == 0

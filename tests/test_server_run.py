@@ -171,3 +171,33 @@ def test_cli_rejects_a_bad_flag_clearly():
     )
     assert res.exit_code != 0
     assert "dp_size (3) must divide tp_size (8)" in str(res.exception)
+
+
+@pytest.mark.sglang
+def test_replays_that_differ_on_the_client_side_share_one_server(python_0523, tmp_path):
+    """fidelity.run_on_one_server's path: a round-robin replay, then one the client routes
+    (cache-aware), against one start-up with /flush_cache between; a replay needing another
+    server (another command) is refused before anything starts."""
+    from dpbench.server.run import RunOptionsError, execute_replays
+
+    prep = _against_the_double(python_0523, tmp_path)
+    routed = dataclasses.replace(
+        prepare(
+            dataclasses.replace(prep.options, dispatch="cache_aware", port=prep.config.port),
+            flags=prep.flags,
+        ),
+        python=prep.python,
+        command=prep.command,
+    )
+    assert routed.route_keys is not None and prep.route_keys is None
+    first, second = execute_replays(prep, 2, clients=[prep, routed])
+    assert [r["extra"]["dispatch"] for r in (first, second)] == ["round_robin", "cache_aware"]
+    assert [r["extra"]["replay"]["flushed_before"] for r in (first, second)] == [False, True]
+    assert second["metrics"]["server_startup_s"] == first["metrics"]["server_startup_s"]
+    assert sorted(second["extra"]["routed_dp_ranks"]) == sorted(r.id for r in prep.requests)
+    assert "routed_dp_ranks" not in first["extra"]
+    assert any("cache-aware" in n for n in second["notes"])
+    assert not any("cache-aware" in n for n in first["notes"])
+    other = dataclasses.replace(routed, command=[*routed.command, "--itl-s", "0.001"])
+    with pytest.raises(RunOptionsError, match="replay 1 needs another server"):
+        execute_replays(prep, 2, clients=[prep, other])

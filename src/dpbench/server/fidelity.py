@@ -461,6 +461,73 @@ def run(
             else run_server(inp, path, out_dir / "server-logs")
             for path in paths
         ]
+    return _report(inp, out_dir, python, twin, t_twin, t0, paths, servers)
+
+
+def run_on_one_server(inps: list[Inputs], *, out_dir: Path | None = None) -> list[dict[str, Any]]:
+    """:func:`run` for several settings that need the same server and differ only on the
+    client's side (``dispatch``, ``repeats``): their repeats run as flushed replays against
+    one SGLang start-up, in the order given, then each setting gets its own report (as
+    :func:`run` writes it). A start-up costs as much as a replay on two cores."""
+    from dpbench.server.run import execute_replays, prepare, release_python
+
+    if not inps:
+        raise ValueError("run_on_one_server needs at least one setting")
+    first = inps[0]
+    for inp in inps:
+        if not inp.flush_replays:
+            raise ValueError(f"{run_stem(inp)}: settings sharing a server run as flushed replays")
+        same = dataclasses.replace(inp, dispatch=first.dispatch, repeats=first.repeats)
+        if same != first:
+            raise ValueError(
+                f"{run_stem(inp)} and {run_stem(first)} need different servers: only dispatch "
+                f"and repeats may differ between settings sharing one"
+            )
+    python = release_python(first.release)
+    out_dir = out_dir or results_dir() / "fidelity"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    twins = [run_twin(inp, out_dir / f"{run_stem(inp)}-twin.json", python) for inp in inps]
+    t_twin = time.monotonic() - t0
+    log_dir = out_dir / "server-logs"
+    server = prepare(server_options(first, log_dir))
+    preps = [
+        server if inp.dispatch == first.dispatch
+        else prepare(dataclasses.replace(server_options(inp, log_dir), port=server.config.port))
+        for inp in inps
+    ]  # fmt: skip
+    clients = [prep for inp, prep in zip(inps, preps, strict=True) for _ in range(inp.repeats)]
+    runs = execute_replays(server, len(clients), clients=clients)
+    reports, at = [], 0
+    for inp, twin in zip(inps, twins, strict=True):
+        stem = run_stem(inp)
+        paths = [out_dir / f"{stem}-server-r{i}.json" for i in range(inp.repeats)]
+        servers = runs[at : at + inp.repeats]
+        at += inp.repeats
+        for path, result in zip(paths, servers, strict=True):
+            results.save(path, result)
+        others = [run_stem(o) for o in inps if o is not inp]
+        reports.append(
+            _report(inp, out_dir, python, twin, t_twin, t0, paths, servers, shared_with=others)
+        )
+    return reports
+
+
+def _report(
+    inp: Inputs,
+    out_dir: Path,
+    python: str,
+    twin: dict[str, Any],
+    t_twin: float,
+    t0: float,
+    paths: list[Path],
+    servers: list[dict[str, Any]],
+    *,
+    shared_with: list[str] | None = None,
+) -> dict[str, Any]:
+    """The twin on each server run's arrivals, the rows and the instrument's health: the report
+    (``shared_with``: the settings whose replays ran against the same server start-up)."""
+    stem = run_stem(inp)
     for path, srv in zip(paths, servers, strict=True):
         check_complete(srv, path)
     replay_paths = [out_dir / f"{stem}-twin-replay-r{i}.json" for i in range(inp.repeats)]
@@ -497,6 +564,8 @@ def run(
         "server_pickup_ms_p50": [_value(srv, "pickup_ms_p50") for srv in servers],
         "server_idle_pass_ms_mean": [server_idle_pass_ms(srv, inp.dp) for srv in servers],
     }
+    if shared_with:
+        report["server_shared_with"] = shared_with
     from dpbench.atomic import write_json
 
     write_json(out_dir / f"{stem}.json", json.loads(json.dumps(report, default=str)))

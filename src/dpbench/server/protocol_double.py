@@ -169,6 +169,7 @@ class ProtocolDouble:
     def __init__(self, config: DoubleConfig = DoubleConfig()) -> None:
         self.config = config
         self.arrivals = 0
+        self.flushes = 0
         self.faults: Counter[str] = Counter()
         self.first_token_actual_s: list[float] = []
         self.metrics = _Metrics(config.dp_size, config.model)
@@ -183,11 +184,17 @@ class ProtocolDouble:
                 web.get("/v1/models", self.models),
                 web.get("/model_info", self.model_info),
                 web.get("/double/stats", self.stats),
+                web.post("/flush_cache", self.flush_cache),
             ]
         )
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """SGLang's answer once its caches are empty; the double keeps none."""
+        self.flushes += 1
+        return web.Response(status=200, text="Cache flushed.\n")
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -207,6 +214,7 @@ class ProtocolDouble:
         return web.json_response(
             {
                 "requests": self.arrivals,
+                "flushes": self.flushes,
                 "faults": dict(self.faults),
                 "first_token_actual_s": self.first_token_actual_s,
                 "config": asdict(self.config),

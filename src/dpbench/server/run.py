@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -603,6 +603,7 @@ def execute_replays(
     *,
     on_done: Callable[[RequestOutcome], None] | None = None,
     log_path: str | Path | None = None,
+    clients: Sequence[Prepared] | None = None,
 ) -> list[dict[str, Any]]:
     """Start the server once and replay the trace ``replays`` times against it, emptying
     SGLang's caches (``/flush_cache``: radix cache, KV pool, request slots) between replays;
@@ -611,10 +612,22 @@ def execute_replays(
     A start-up costs as much as a small replay on two cores, so repeated runs of one setting
     share it. A flushed server is not a fresh process: the DP controller's round-robin
     position and warmed Python state carry over (each result says which replay it was,
-    ``extra.replay``). Raises :class:`RunIncomplete` with the replay in which a server process
-    died (earlier replays' results on ``exc.results``), :class:`ServerStartError` when it
-    never became ready.
+    ``extra.replay``). ``clients``: one preparation per replay (``replays`` is then their
+    count) for replays that differ only on the client's side (how requests are dispatched),
+    so settings that need the same server share one start-up; each must start the very
+    command ``prep`` starts. Raises :class:`RunIncomplete` with the replay in which a server
+    process died (earlier replays' results on ``exc.results``), :class:`ServerStartError`
+    when it never became ready.
     """
+    preps = list(clients) if clients is not None else [prep] * replays
+    if clients is not None:
+        replays = len(preps)
+        for k, other in enumerate(preps):
+            if other.command != prep.command or other.spec_hash != prep.spec_hash:
+                raise RunOptionsError(
+                    f"replay {k} needs another server (its command or spec differs from the "
+                    f"first's): only the client's side may differ between shared replays"
+                )
     opts, cfg = prep.options, prep.config
     if replays < 1:
         raise RunOptionsError(f"replays must be ≥ 1, got {replays}")
@@ -641,7 +654,8 @@ def execute_replays(
     env: dict[str, str] | None = None
     executor: dict[str, Any] = {"kind": "gpu"}
     run_dir = log.with_suffix("")
-    notes = [*prep.notes, f"launch_server flags read from {prep.flags.source}"]
+    launch_note = f"launch_server flags read from {prep.flags.source}"
+    notes = [*prep.notes, launch_note]
     if opts.simulate_forward:
         env = sim_launch_env(prep, log)
         _, executor = _sim_setup(prep, run_dir)
@@ -649,18 +663,18 @@ def execute_replays(
     done: list[_Replay] = []
     with ServerProcess(prep.command, base_url=base_url, log_path=log, env=env) as server:
         ready_s = server.wait_ready(deadline_s=opts.startup_deadline_s)
-        for k in range(replays):
+        for k, client in enumerate(preps):
             if k:
                 try:
                     flush_cache(base_url)
                 except RuntimeError as exc:
                     raise ServerRunError(f"replay {k} of {replays}: {exc}") from None
             suffix = replay_suffix(k)
-            requests = [r if not suffix else replace(r, id=r.id + suffix) for r in prep.requests]
+            requests = [r if not suffix else replace(r, id=r.id + suffix) for r in client.requests]
             route_keys = (
                 None
-                if prep.route_keys is None
-                else {r.id: prep.route_keys[trace_id(r.id, suffix)] for r in requests}
+                if client.route_keys is None
+                else {r.id: client.route_keys[trace_id(r.id, suffix)] for r in requests}
             )
             request_func = routed_requests(route_keys, cfg.dp_size)
             before = scrape(base_url)
@@ -674,7 +688,7 @@ def execute_replays(
                 load = run_load(
                     drive(
                         requests,
-                        prep.schedule,
+                        client.schedule,
                         base_url=base_url,
                         on_done=on_done,
                         request_func=request_func,
@@ -711,9 +725,11 @@ def execute_replays(
     for i, rep in enumerate(done):
         until = done[i + 1].t_load if i + 1 < len(done) else None
         started = t0 if i == 0 else done[i - 1].t_end
+        client = preps[rep.index]
         results.append(
             _replay_result(
-                prep, rep, replays, until, ready_s, log, run_dir, executor, provenance, notes,
+                client, rep, replays, until, ready_s, log, run_dir, executor, provenance,
+                notes if client is prep else [*client.notes, launch_note],
                 wall_s=rep.t_end - started,
             )
         )  # fmt: skip
