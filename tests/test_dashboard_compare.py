@@ -30,7 +30,7 @@ from dpbench.dashboard.compare import (
         (Side(10, 9, 11), Side(10.5, 9.5, 11.5), "lower", "within noise", 5.0),  # bands overlap
         (Side(10, 9, 11), Side(20, 19, 21), "lower", "worse", 100.0),  # disjoint bands
         (Side(10, 9, 11), Side(20, 19, 21), "higher", "better", 100.0),
-        (Side(10), Side(20), "higher", "better", 100.0),  # single run: direction decides
+        (Side(10), Side(20), "higher", "better", 100.0),  # deterministic: direction decides
         (Side(2), Side(0), "lower", "better", -100.0),  # a drop to zero is -100 %, not omitted
         (Side(0), Side(1), "higher", "better", None),  # from 0: no percentage
         (Side(1), Side(2), "none", "changed", 100.0),  # e.g. a placement code
@@ -41,9 +41,23 @@ from dpbench.dashboard.compare import (
     ],
 )
 def test_verdicts(a, b, better, verdict, pct):
-    c = change_of(a, b, better)
+    """On a deterministic tier (placement: a probe of the installed code), where one run a
+    side is the answer."""
+    c = change_of(a, b, better, "placement")
     assert c.verdict == verdict
     assert c.pct == (pytest.approx(pct) if pct is not None else None)
+
+
+@pytest.mark.parametrize("tier", ["twin", "server", "kernels", ""])
+def test_one_run_a_side_of_any_other_tier_gets_no_verdict(tier):
+    """One seed of the twin is one draw of its distribution, one server run one draw of its
+    timing: "single run", a quiet row that never gates, its change still given."""
+    c = change_of(Side(100.0), Side(2000.0), "lower", tier)
+    assert (c.verdict, c.basis) == ("single run", "single run") and c.pct == pytest.approx(1900.0)
+    assert "single run" in QUIET
+    assert regressions([_row_of(c)], 5.0) == []
+    placed = change_of(Side(2.0), Side(0.0), "lower", "placement")
+    assert (placed.verdict, placed.basis) == ("better", "deterministic")
 
 
 def test_instrument_health_and_single_server_runs_get_no_verdict():
@@ -63,7 +77,8 @@ def test_instrument_health_and_single_server_runs_get_no_verdict():
     assert c.verdict == "instrument" and c.pct == pytest.approx(9900.0)
     assert change_of(Side(10), Side(20), "higher", "server").verdict == "single run"
     assert change_of(Side(10, 9, 11), Side(20, 19, 21), "higher", "server").verdict == "better"
-    assert change_of(Side(10), Side(20), "higher", "twin").verdict == "better"
+    assert change_of(Side(10), Side(20), "higher", "twin").verdict == "single run"
+    assert change_of(Side(10), Side(20), "higher", "placement").verdict == "better"
     assert {"single run", "instrument"} <= set(QUIET)
     assert VERDICT_ORDER["instrument"] == max(VERDICT_ORDER.values())  # listed last
 
@@ -73,6 +88,11 @@ def test_interval_of_the_change_comes_from_both_bands():
     assert (c.lo, c.pct, c.hi) == (pytest.approx(80.0), pytest.approx(100.0), pytest.approx(130.0))
     assert c.basis == "bands" and fmt_pct(c) == "+100.0 % [+80.0, +130.0]"
     assert change_of(Side(2), Side(0), "lower").basis == "single run"
+    assert change_of(Side(2), Side(0), "lower", "placement").basis == "deterministic"
+
+
+def _row_of(change: Change, tier: str = "t") -> Row:
+    return Row(tier, "asv", "m", (), {}, "mach", "env", "u", "lower", Side(1), Side(2), change)
 
 
 def _row(verdict_pct: tuple[str, float | None]) -> Row:

@@ -131,6 +131,10 @@ CASES = [
         "higher",
         "server",
     ),
+    # 22: a deterministic probe (placement): one run a side is its answer, listed first
+    (Side(2.0), Side(0.0), "lower", "placement"),
+    # 23: one run a side of the twin, a huge change: no verdict (one seed is one draw)
+    (Side(100.0), Side(2000.0), "lower", "twin"),
 ]
 
 
@@ -182,15 +186,16 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
             json.loads(json.dumps(data)),
         )
     assert errors == []
-    # the same order: verdict, then paired before unpaired before single runs, by significance
+    # the same order: the rows with a verdict by tier (placement, twin, server), each by
+    # basis (deterministic and paired, repeats, bands) and significance; then the quiet
+    # rows by verdict, single runs and the instrument's health last
     want_order = [r.params[0] for r in compare_commits(data, 0, 1)]
     assert [n for n, _ in got] == want_order
-    # "worse" first, the server's repeats before unpaired bands; among "better", the paired
-    # ones (most significant first), then the repeats, before the single run with the
-    # infinite size (a change from 0)
-    assert want_order[:4] == ["12", "19", "6", "2"]
-    assert want_order[4:6] == ["0", "3"] and set(want_order[-2:]) == {"8", "20"}
-    assert want_order.index("11") < want_order.index("9")
+    assert want_order[:6] == ["22", "0", "3", "4", "6", "2"]
+    assert want_order[6:12] == ["17", "18", "12", "21", "11", "19"]
+    assert set(want_order[12:16]) == {"1", "10", "5", "16"}
+    assert set(want_order[16:22]) == {"9", "13", "15", "14", "7", "23"}
+    assert set(want_order[-2:]) == {"8", "20"}
     by_case = {int(n): c for n, c in got}
     for n, (a, b, better, tier) in enumerate(CASES):
         want = change_of(a, b, better, tier)
@@ -283,3 +288,86 @@ def test_each_summary_row_says_what_it_ran_as_the_terminal_does(tmp_path):
         )
     assert errors == []
     assert got == want
+
+
+def _series(points, samples=None, params=(), scenario=None):
+    s = {"machine": "vm", "env": "e", "params": list(params), "scenario": scenario or {},
+         "band": None, "points": points}  # fmt: skip
+    if samples:
+        s["samples"] = {str(i): {"x": x, "seeds": "v1"} for i, x in samples.items()}
+    return s
+
+
+def _chart(tier, title, better, series, *, source="asv", unit="", key=None):
+    return {"id": f"{source}:{title}", "tier": tier, "source": source, "benchmark": title,
+            "group": title.split(".")[0], "title": title, "metric": title.rsplit(".", 1)[-1],
+            "key": key, "regime": None, "unit": unit, "better": better, "better_why": "",
+            "executor": None, "param_names": [], "axes": [], "section": None,
+            "series": [series]}  # fmt: skip
+
+
+def test_the_comparison_page_opens_with_the_answer_not_single_runs_or_the_instrument(tmp_path):
+    """The placement pair as the main job publishes it (one row of each kind): the page's first
+    rows are the placement probe's false-report drop and the twin's paired changes; a single
+    server run's huge change, one seed's run file and the load client's lateness (the rows that
+    led the page and `compare`'s exit code before) carry no verdict and are hidden as quiet."""
+    from dpbench.dashboard.build import build_site
+
+    empty = tmp_path / "results"
+    empty.mkdir()
+    index = build_site(empty, tmp_path / "site")
+    data_js = index.parent / "data.js"
+    model = json.loads(
+        data_js.read_text().removeprefix("window.DPBENCH_DATA = ").rstrip().removesuffix(";")
+    )
+    model["commits"] = [
+        {"sha": sha * 40, "short": sha * 8, "date": None, "subject": f"sglang {v}",
+         "branch": "main", "tags": [f"v{v}"], "label": f"v{v} {sha * 8}", "placement": p,
+         "placement_sources": {p: 2}}
+        for sha, v, p in (("a", "0.5.16", "early"), ("b", "0.5.17", "post-kv"))
+    ]  # fmt: skip
+    seeds_a, seeds_b = [0.28, 0.27, 0.29, 0.26, 0.285], [0.16, 0.15, 0.17, 0.155, 0.16]
+    model["charts"] = [
+        _chart("server", "SimulatedRooflineServe.track_client_send_lateness_ms_max",
+               "instrument", _series([[0, 10.0, None, None], [1, 277.6, None, None]])),
+        _chart("server", "ttft_ms_p99", "lower",
+               _series([[0, 100.0, None, None], [1, 900.0, None, None]]), source="run"),
+        _chart("twin", "tpot_ms_mean", "lower",
+               _series([[0, 281.2, None, None], [1, 494.8, None, None]]), source="run"),
+        _chart("twin", "TwinHighKV.track_dp_mixed_step_fraction", "lower",
+               _series([[0, 0.10, 0.09, 0.11], [1, 0.09, 0.08, 0.10]],
+                       {0: [0.10, 0.09, 0.11], 1: [0.09, 0.085, 0.10]})),
+        _chart("twin", "TwinHeadline.track_dp_mixed_step_fraction", "lower",
+               _series([[0, 0.28, 0.26, 0.29], [1, 0.16, 0.15, 0.17]],
+                       {0: seeds_a, 1: seeds_b}, params=("4", "default"))),
+        _chart("placement", "Placement.track_false_prefillable_reports", "lower",
+               _series([[0, 2.0, None, None], [1, 0.0, None, None]])),
+    ]  # fmt: skip
+    model["default_pair"] = [0, 1]
+    data_js.write_text("window.DPBENCH_DATA = " + json.dumps(model) + ";\n")
+    with open_page(index.parent / "compare.html") as (page, errors):
+        rows = page.eval_on_selector_all(
+            "#compare-table tbody tr",
+            "trs => trs.map(tr => ({shown: tr.style.display !== 'none',"
+            " cells: Array.from(tr.cells).map(td => td.textContent)}))",
+        )
+    assert errors == []
+    shown = [r["cells"] for r in rows if r["shown"]]
+    assert [(c[0], c[1].split(" ")[0]) for c in shown] == [
+        ("placement", "Placement.track_false_prefillable_reports"),
+        ("twin", "TwinHeadline.track_dp_mixed_step_fraction"),
+        ("twin", "TwinHighKV.track_dp_mixed_step_fraction"),
+    ]
+    assert shown[0][-1] == "better (deterministic)"
+    assert shown[1][-1] == "better (paired, 5 seeds)"
+    hidden = {r["cells"][1]: r["cells"][-1] for r in rows if not r["shown"]}
+    assert hidden == {
+        "SimulatedRooflineServe.track_client_send_lateness_ms_max": "instrument",
+        "ttft_ms_p99": "single run",
+        "tpot_ms_mean": "single run",
+    }
+    # the terminal's rules order and judge the same rows the same way
+    terminal = compare_commits(model, 0, 1)
+    assert [(r.tier, r.metric, r.verdict) for r in terminal][:3] == [
+        (c[0], c[1].split(" ")[0], c[-1].split(" (")[0]) for c in shown
+    ]

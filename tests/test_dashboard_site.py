@@ -359,9 +359,7 @@ def test_compare_page_agrees_with_terminal_and_shows_a_drop_to_zero(site):
         bars = page.evaluate("() => document.getElementById('change-plot').data[0].x")
         ctx.close()
     assert errors == []
-    assert [
-        [g[0], g[1].split(" (")[0], g[2], g[7], g[8].removesuffix(" (single run)")] for g in got
-    ] == want
+    assert [[g[0], g[1].split(" (")[0], g[2], g[7], g[8].split(" (")[0]] for g in got] == want
     assert visible_before == sum(1 for r in rows if r.verdict not in compare.QUIET)
     zero = [g for g in got if g[1] == "Placement.track_false_prefillable_reports"]
     assert zero and zero[0][5] == "2" and zero[0][6] == "0" and zero[0][7] == "-100.0 %"
@@ -382,9 +380,18 @@ def test_compare_command_prints_the_summary_with_verdicts_and_gates(suite_run, s
     proc = _compare(["0.5.16", "0.5.17", *base, "--asv"])
     out = proc.stdout
     assert "asv compare" in out and "Change" in out  # asv's own table, on request
-    assert "summary · tier placement" in out and "early → post-kv" in out
-    summary = out[out.index("summary · tier placement") : out.index("most significant first")]
-    assert "2 → 0" in summary and "-100.0 % better" in summary, out
+    # the answer first, a line a metric: where the negotiation sits, then its false reports
+    answer = out[out.index("A = v0.5.16") : out.index("most significant other changes")]
+    placement = [ln for ln in answer.splitlines() if ln.split()[:1] == ["placement"]]
+    assert len(placement) == 2 and "early → post-kv" in placement[1], answer
+    false = next(ln for ln in answer.splitlines() if "false prefillable reports" in ln)
+    assert "2 → 0" in false and "-100.0 %" in false and "better (deterministic)" in false
+    plain = _compare(["0.5.16", "0.5.17", *base])
+    assert len(plain.stdout.splitlines()) <= 50  # fits a screen; every table: --all
+    assert "summary · tier placement" not in plain.stdout
+    every = _compare(["0.5.16", "0.5.17", *base, "--all"])
+    assert "summary · tier placement" in every.stdout and "every metric" in every.stdout
+    assert every.returncode == plain.returncode
     rows = compare.compare_commits(model, 0, 1)  # 0.5.16, 0.5.17
     gating = compare.regressions(rows, 5.0)
     assert proc.returncode == (1 if gating else 0), out

@@ -40,7 +40,7 @@
       const cells = [row.chart.tier, metricName(row), row.series.machine + " / " + row.series.env, row.chart.unit,
                      DP.BETTER_TEXT[row.chart.better], DP.sideText(row.a), DP.sideText(row.b), DP.fmtPct(row.change),
                      row.change.verdict + (row.change.basis === "single run" && !isQuiet ? " (single run)" :
-                     /^(paired|repeats)/.test(row.change.basis) ? " (" + row.change.basis + ")" : "")];
+                     /^(paired|repeats|deterministic)/.test(row.change.basis) ? " (" + row.change.basis + ")" : "")];
       for (const c of cells) tr.appendChild(DP.el("td", {}, c));
       tbody.appendChild(tr);
       if (row.change.pct != null && row.change.verdict !== "no change" && row.change.verdict !== "not measured" &&

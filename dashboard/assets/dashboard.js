@@ -12,6 +12,8 @@ const DP = (function () {
                          "single run": 5, "not measured": 6, "instrument": 7};
   const QUIET = ["within noise", "no change", "single run", "not measured", "instrument"];
   const TIMING_TIERS = ["server"];  // dpbench.dashboard.metrics.TIMING_TIERS
+  const DETERMINISTIC_TIERS = ["placement"];  // dpbench.dashboard.metrics.DETERMINISTIC_TIERS
+  const TIER_ORDER = ["placement", "twin", "server"];  // dpbench.dashboard.metrics.TIER_ORDER
   const MIN_TIMING_RUNS = 3;  // dpbench.dashboard.compare.MIN_TIMING_RUNS
   const CONTROL_VALUES = ["off", "false", "0", "none"];
 
@@ -172,10 +174,11 @@ const DP = (function () {
       pct = (b.value - a.value) / scale * 100;
       if (banded) { lo = (b.lo - a.hi) / scale * 100; hi = (b.hi - a.lo) / scale * 100; }
     }
-    const basis = banded ? "bands" : "single run";
+    const deterministic = DETERMINISTIC_TIERS.includes(tier) && !banded;
+    const basis = banded ? "bands" : deterministic ? "deterministic" : "single run";
     if (banded && a.lo <= b.hi && b.lo <= a.hi) return {pct, lo, hi, verdict: "within noise", basis};
     const tooFew = [runsOf(a), runsOf(b)].some(n => n != null && n < MIN_TIMING_RUNS);
-    if (timing && (!banded || tooFew)) return {pct, lo, hi, verdict: "single run", basis};
+    if ((!banded && !deterministic) || (timing && tooFew)) return {pct, lo, hi, verdict: "single run", basis};
     if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
     const bWins = better === "higher" ? b.value > a.value : b.value < a.value;
     return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
@@ -188,13 +191,14 @@ const DP = (function () {
 
   // Same as dpbench.dashboard.compare.Change.significance and .basis_rank.
   function significance(c) {
+    if (c.basis === "deterministic") return ["better", "worse", "changed"].includes(c.verdict) ? Infinity : 0;
     if (c.pct == null || c.lo == null || c.hi == null) return 0;
     const half = (c.hi - c.lo) / 2;
     return half > 0 ? Math.abs(c.pct) / half : Infinity;
   }
 
   function basisRank(c) {
-    if (c.basis.startsWith("paired")) return 0;
+    if (c.basis.startsWith("paired") || c.basis === "deterministic") return 0;
     if (c.basis.startsWith("repeats")) return 1;
     return c.basis === "bands" ? 2 : 3;
   }
@@ -228,7 +232,12 @@ const DP = (function () {
     }
     const key = r => r.chart.tier + r.chart.title;
     const diff = (p, q) => (p === q ? 0 : p < q ? -1 : 1);  // Infinity − Infinity would be NaN
-    rows.sort((x, y) => (VERDICT_ORDER[x.change.verdict] - VERDICT_ORDER[y.change.verdict]) ||
+    // answer first, as dpbench.dashboard.compare.sort_key: rows with a verdict by tier, basis,
+    // significance; the quiet ones after, by verdict
+    const quiet = r => (QUIET.includes(r.change.verdict) ? 1 : 0);
+    const quietOrder = r => (quiet(r) ? VERDICT_ORDER[r.change.verdict] : 0);
+    const tierRank = r => (TIER_ORDER.includes(r.chart.tier) ? TIER_ORDER.indexOf(r.chart.tier) : TIER_ORDER.length);
+    rows.sort((x, y) => (quiet(x) - quiet(y)) || (quietOrder(x) - quietOrder(y)) || (tierRank(x) - tierRank(y)) ||
       (basisRank(x.change) - basisRank(y.change)) || diff(significance(y.change), significance(x.change)) ||
       diff(size(y.change), size(x.change)) || (key(x) < key(y) ? -1 : key(x) > key(y) ? 1 : 0));
     return rows;

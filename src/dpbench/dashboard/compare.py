@@ -24,17 +24,27 @@ and ``summary``), so the terminal (`dpbench compare`) and the pages agree:
   with fewer than 2 runs on a side falls through to the rules below, and gets "single run"
   where they would call a verdict without bands on both sides or with a side's recorded
   runs under 3;
+- a deterministic tier (``metrics.DETERMINISTIC_TIERS``: placement, a probe of the installed
+  code) needs no repeats: one run a side is its answer ("deterministic");
 - elsewhere, both sides carry per-seed samples of the same seeds (the same benchmark
   version and as many samples: asv keeps them in seed order with ``--record-samples``) →
   **paired**: the change is the mean of the per-seed differences B − A over the mean of A,
   with its 95 % t interval (as ``dpbench twin sweep`` pairs its arms); "within noise" when
   that interval holds 0. Pairing comes first: unpaired bands are the fallback where the
   seeds differ;
-- otherwise the metric's direction decides "better" / "worse"; a metric with no
-  direction ("none") or an unknown one only "changed". ``basis`` says what the verdict
-  rests on: paired seeds ("paired, n seeds"), a timing tier's repeated runs ("repeats,
-  n_A + n_B runs"), bands ("bands") or a single run per side ("single run"); rows sort
-  in that order (``Change.basis_rank``).
+- otherwise, with bands or a deterministic tier, the metric's direction decides "better" /
+  "worse"; a metric with no direction ("none") or an unknown one only "changed". **One run a
+  side of any other tier gets no verdict**: "single run", a quiet row that never gates, its
+  change still given (one seed of the twin is one draw of its distribution). ``basis`` says
+  what the verdict rests on: a deterministic probe ("deterministic"), paired seeds
+  ("paired, n seeds"), a timing tier's repeated runs ("repeats, n_A + n_B runs"), bands
+  ("bands") or a single run per side ("single run").
+
+Rows sort answer first (:func:`sort_key`): the rows with a verdict before the quiet ones; among
+them by tier (placement, twin, server, the rest: ``metrics.TIER_ORDER``), then deterministic
+and paired before repeats before bands (``Change.basis_rank``), each by significance (the
+change over its interval's half-width; a deterministic change is certain), never by the size of
+a single run's change.
 
 The t quantiles are the pages' too: exact for 1 … 100 degrees of freedom (the model's
 ``t975``), 1.96 beyond (:func:`t975`).
@@ -214,6 +224,8 @@ class Change:
     def significance(self) -> float:
         """|change| over its interval's half-width (a paired change's t-like ratio); 0 without
         an interval."""
+        if self.basis == "deterministic":
+            return math.inf if self.verdict in ("better", "worse", "changed") else 0.0
         if self.pct is None or self.lo is None or self.hi is None:
             return 0.0
         half = (self.hi - self.lo) / 2
@@ -221,9 +233,9 @@ class Change:
 
     @property
     def basis_rank(self) -> int:
-        """Paired seeds (0) before a timing tier's repeats (1), unpaired bands (2), and single
-        runs or no basis (3)."""
-        if self.basis.startswith("paired"):
+        """A deterministic probe and paired seeds (0) before a timing tier's repeats (1), unpaired
+        bands (2), and single runs or no basis (3)."""
+        if self.basis.startswith("paired") or self.basis == "deterministic":
             return 0
         if self.basis.startswith("repeats"):
             return 1
@@ -255,10 +267,11 @@ def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Ch
         if banded:
             lo = (b.lo - a.hi) / scale * 100  # type: ignore[operator]
             hi = (b.hi - a.lo) / scale * 100  # type: ignore[operator]
-    basis = "bands" if banded else "single run"
+    deterministic = tier in metrics.DETERMINISTIC_TIERS and not banded
+    basis = "bands" if banded else "deterministic" if deterministic else "single run"
     if banded and a.lo <= b.hi and b.lo <= a.hi:  # type: ignore[operator]
         return Change(pct, lo, hi, "within noise", basis)
-    if timing and (not banded or _too_few_runs(a, b)):
+    if (not banded and not deterministic) or (timing and _too_few_runs(a, b)):
         return Change(pct, lo, hi, "single run", basis)
     if better not in ("higher", "lower"):
         return Change(pct, lo, hi, "changed", basis)
@@ -337,13 +350,17 @@ def side_at(series: dict[str, Any], index: int) -> Side | None:
     return None
 
 
-def sort_key(row: Row) -> tuple[int, int, float, float, str]:
-    """Most significant first: worse, better, changed, then quiet rows; within a verdict, paired
-    changes, then a timing tier's repeats, then unpaired bands, then single runs
-    (``Change.basis_rank``), each by significance (change over its interval), then by size."""
+def sort_key(row: Row) -> tuple[int, int, int, int, float, float, str]:
+    """Answer first: rows with a verdict (better, worse, changed) by tier (placement, twin,
+    server, the rest), then deterministic and paired changes, a timing tier's repeats, unpaired
+    bands (``Change.basis_rank``), each by significance (change over its interval), then by
+    size; the quiet rows after, by verdict (within noise, no change, single run, …)."""
     c = row.change
+    quiet = row.verdict in QUIET
     return (
-        VERDICT_ORDER[row.verdict],
+        int(quiet),
+        VERDICT_ORDER[row.verdict] if quiet else 0,
+        metrics.tier_rank(row.tier),
         c.basis_rank,
         -c.significance,
         -c.size,

@@ -1,11 +1,13 @@
 """`dpbench compare A B`: the dashboard's summary and verdicts in the terminal, with a CI exit code.
 
-Prints the summary (per tier, per scenario: the metrics that decide the question, with
-change in %, interval and verdict; delayer-off scenarios apart as the control), then
-every metric that changed, most significant first (``--all``: every metric). With
-``--asv``, asv's own ``asv compare`` table first. Exit code: 0 when no metric got worse
-(outside noise) by ``--fail-above`` % or more (default 5), 1 when one did (a worsening
-from 0 always counts; metrics without a direction never gate), 2 for bad arguments.
+By default it fits a screen: the answer first (the headline rows of the answer's sections,
+placement, the twin at the README's headline settings and SGLang's real scheduler: one line
+a metric, with its change, interval and verdict), then the few most significant other
+changes, one line each. ``--all``: every summary table (per tier and scenario, delayer-off
+scenarios apart as the control) and every metric. With ``--asv``, asv's own ``asv compare``
+table first. Exit code: 0 when no metric got worse (outside noise) by ``--fail-above`` % or
+more (default 5), 1 when one did (a worsening from 0 always counts; metrics without a
+direction, single runs and the instrument's health never gate), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def _fmt(v: float | None) -> str:
     return f"{v:.3e}" if a and (a >= 1e6 or a < 1e-3) else f"{v:.4g}"
 
 
+def _short(v: float) -> str:
+    """A value for the answer's lines: 420,600 rather than 4.206e+05."""
+    return f"{v:,.0f}" if 1e4 <= abs(v) < 1e9 else _fmt(v)
+
+
 def _side(s: Side | None) -> str:
     if s is None:
         return "—"
@@ -78,7 +85,6 @@ def asv_compare(
 
 PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"}
 VERDICT_STYLE = {"worse": "bold red", "better": "green", "changed": "blue"}
-TOP_ROWS = 15  # rows of the change table without --all: it fits a screen
 EXIT_REGRESSION = 1
 
 
@@ -89,11 +95,73 @@ def _cell(chart: dict, a: Side | None, b: Side | None, change: Change) -> Text:
         return Text(f"{la} → {lb}\n{change.verdict}")
     text = Text(f"{_side(a)} → {_side(b)}\n{fmt_pct(change)} ")
     text.append(change.verdict, style=VERDICT_STYLE.get(change.verdict, "dim"))
-    if change.basis == "single run" and change.verdict in ("better", "worse", "changed"):
-        text.append(" (single run)", style="dim")
-    elif change.basis.startswith(("paired", "repeats")):
+    if change.basis.startswith(("paired", "repeats")) or change.basis == "deterministic":
         text.append(f" ({change.basis})", style="dim")
     return text
+
+
+# The answer's sections (metrics.SECTION_ORDER ranks 0-2: placement, the twin's headline
+# settings, SGLang's real scheduler) and the metrics each opens with.
+ANSWER_RANKS = 3
+ANSWER_KEYS = ("placement", "false_reports", "mixed", "decode_beside", "ttft_p99", "throughput")
+TOP_OTHER_ROWS = 10
+
+
+def _verdict_text(change: Change) -> str:
+    if change.basis.startswith(("paired", "repeats")) or change.basis == "deterministic":
+        return f"{change.verdict} ({change.basis})"
+    return change.verdict
+
+
+def print_answer(
+    console: Console, model: dict, ia: int, ib: int, machine: str | None
+) -> set[tuple[str, str, tuple[str, ...]]]:
+    """The answer's sections, a line a metric under its section and setting; returns the
+    (tier, metric, params) shown, so the list of other changes leaves them out."""
+    headings = {k: h for k, h, _ in metrics.KEY_METRICS}
+    shown: set[tuple[str, str, tuple[str, ...]]] = set()
+    lines: list[tuple[str, ...]] = []  # ("head", text) | ("row", metric, values, change, verdict)
+    for section, rows in summary(model, ia, ib, machine).items():
+        if metrics.section_rank(section)[0] >= ANSWER_RANKS:
+            continue
+        rows = [r for r in rows if not r.control]
+        regimes = {regime_text(r) for r in rows} - {""}
+        lines.append(("head", section + (f" — {regimes.pop()}" if len(regimes) == 1 else "")))
+        for r in rows:
+            setting = scenario_text(r.scenario) if r.scenario else ""
+            if len(regimes) > 1 and regime_text(r):
+                setting += f" ({regime_text(r)})"
+            if setting:
+                lines.append(("setting", setting))
+            for key in ANSWER_KEYS:
+                if key not in r.cells:
+                    continue
+                chart, a, b, change = r.cells[key]
+                if key == "placement":
+                    la = PLACEMENT_LABELS.get(round(a.value), _fmt(a.value)) if a else "—"
+                    lb = PLACEMENT_LABELS.get(round(b.value), _fmt(b.value)) if b else "—"
+                    values, pct = f"{la} → {lb}", ""
+                else:
+                    values = f"{_short(a.value) if a else '—'} → {_short(b.value) if b else '—'}"
+                    pct = fmt_pct(change)
+                lines.append(("row", headings[key], values, pct, _verdict_text(change), change.verdict))
+                for s in chart["series"]:
+                    scen = {k: v for k, v in s["scenario"].items() if k != "run"}
+                    if chart["source"] != "asv":
+                        scen = {"run": s["scenario"].get("run", "")}
+                    if scen == r.scenario:
+                        shown.add((chart["tier"], chart["title"], tuple(s["params"])))
+    widths = [max((len(ln[i]) for ln in lines if ln[0] == "row"), default=0) for i in range(1, 4)]
+    for ln in lines:
+        if ln[0] == "head":
+            console.print(Text(ln[1], style="bold cyan"), highlight=False)
+        elif ln[0] == "setting":
+            console.print(Text(f"  {ln[1]}", style="bold"), highlight=False)
+        else:
+            text = Text("    " + "  ".join(c.ljust(w) for c, w in zip(ln[1:4], widths)) + "  ")
+            text.append(ln[4], style=VERDICT_STYLE.get(ln[5], "dim"))
+            console.print(text, highlight=False, overflow="ellipsis", no_wrap=True)
+    return shown
 
 
 def print_summary(console: Console, model: dict, ia: int, ib: int, machine: str | None) -> int:
@@ -143,8 +211,9 @@ def compare_command(
     show_all: bool = typer.Option(
         False,
         "--all",
-        help="list every metric (default: the 15 most significant changes; quiet rows, single "
-        "server runs and instrument health hidden)",
+        help="every summary table and every metric (default: the answer's headline rows and "
+        "the 10 most significant other changes, one line each; quiet rows, single runs and "
+        "instrument health hidden)",
     ),
     fail_above: float = typer.Option(
         5.0,
@@ -200,50 +269,54 @@ def compare_command(
             style="bold",
         )
     )
-    print_summary(console, model, ia, ib, machine)
-
     rows = compare_commits(model, ia, ib, machine)
-    loud = [r for r in rows if r.verdict not in QUIET]
-    shown = rows if show_all else loud[:TOP_ROWS]
     counts = Counter(r.verdict for r in rows)
-    left = len(rows) - len(shown)
-    table = Table(
-        title=Text(
-            ("every metric" if show_all else f"the {len(shown)} most significant changes")
-            + ", most significant first"
-            + (
-                ""
-                if show_all
-                else f" ({left} more: within noise, unchanged, single server runs, not "
-                "measured, instrument health, or further down: --all)"
-            )
-        ),
-        title_justify="left",
-    )
-    for col in ("tier", "metric", "machine / env", "unit", "better", "A", "B", "change", "verdict"):
-        table.add_column(col, overflow="fold")
+    if show_all:
+        print_summary(console, model, ia, ib, machine)
+        shown = rows
+        title = "every metric, answer first"
+    else:
+        answered = print_answer(console, model, ia, ib, machine)
+        loud = [r for r in rows if r.verdict not in QUIET]
+        others = [r for r in loud if (r.tier, r.metric, r.params) not in answered]
+        shown = others[:TOP_OTHER_ROWS]
+        title = (
+            f"the {len(shown)} most significant other changes of {len(loud)} with a verdict "
+            f"(every table and metric: --all)"
+        )
+    table = Table(title=Text(title), title_justify="left", box=None, pad_edge=False)
+    columns = ("metric", "A", "B", "change", "verdict")
+    if show_all:
+        columns = (
+            "tier",
+            "metric",
+            "machine / env",
+            "unit",
+            "better",
+            "A",
+            "B",
+            "change",
+            "verdict",
+        )
+    for col in columns:
+        table.add_column(col, overflow="fold" if show_all else "ellipsis", no_wrap=not show_all)
     for r in shown:
         metric = r.metric + (f" ({', '.join(r.params)})" if r.params else "")
-        verdict = r.verdict + (
-            " (single run)"
-            if r.change.basis == "single run" and r.verdict not in QUIET
-            else f" ({r.change.basis})"
-            if r.change.basis.startswith(("paired", "repeats"))
-            else ""
-        )
-        cells = (
-            r.tier,
-            metric,
-            f"{r.machine} / {r.env}",
-            r.unit,
-            r.better,
-            _side(r.a),
-            _side(r.b),
-            fmt_pct(r.change),
-            verdict,
-        )
+        if not show_all:
+            metric = f"{r.tier} · {metric}"
+        cells = {
+            "tier": r.tier,
+            "metric": metric,
+            "machine / env": f"{r.machine} / {r.env}",
+            "unit": r.unit,
+            "better": r.better,
+            "A": _side(r.a),
+            "B": _side(r.b),
+            "change": fmt_pct(r.change),
+            "verdict": _verdict_text(r.change),
+        }
         table.add_row(
-            *(Text(c) for c in cells), style=VERDICT_STYLE.get(r.verdict, "")
+            *(Text(cells[c]) for c in columns), style=VERDICT_STYLE.get(r.verdict, "")
         )  # Text: no rich markup from results
     console.print(table, highlight=False)
     if not rows:

@@ -26,6 +26,16 @@ ASV_LOWER_PREFIXES = ("time_", "mem_", "peakmem_")  # asv's own convention: smal
 # tiers whose numbers depend on wall-clock timing (a real server's event loop meets real
 # arrivals): one run per side is no basis for "better" or "worse"
 TIMING_TIERS = ("server",)
+# tiers that probe the installed code deterministically (the AST of schedule_policy.py, the real
+# PrefillAdder driven through fixed cases): one run per side is the answer, not a sample
+DETERMINISTIC_TIERS = ("placement",)
+# the comparison's rows, answer first: where the negotiation sits, the twin, SGLang's real
+# scheduler, then the rest (dashboard.js TIER_ORDER)
+TIER_ORDER = ("placement", "twin", "server")
+
+
+def tier_rank(tier: str) -> int:
+    return TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER)
 
 
 @dataclass(frozen=True)
@@ -174,7 +184,7 @@ def key_metric(name: str) -> str | None:
 SECTION_ORDER: tuple[tuple[str, int], ...] = (
     (r"^placement", 0),
     (r"TwinHeadline", 1),
-    (r"^server\b.*Simulated", 2),
+    (r"^server", 2),
     (r"^twin", 3),
 )
 
