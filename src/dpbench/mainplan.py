@@ -84,9 +84,21 @@ PLAN = (
 )
 
 # Seconds per release of each step on a fresh clone of the 2-core development VM (AMD EPYC,
-# 24 GiB): `make bench` at 0b4e7b1 (2026-12-03), the twin's settings two at a time.
-REFERENCE_AT = "fresh-clone make bench at 0b4e7b1, 2026-12-03, 2-core VM"
-REFERENCE: dict[str, float] = {}
+# 24 GiB): `make bench` at 27cf1e1 (2026-12-03, 43 min 45 s, exit 0; results/mainjob-costs.json),
+# the twin's settings two at a time. The steps beside the simulated server ran slower than
+# alone (TwinCapacity's searches 400 / 539 s against 70 / 147 s alone): these are the job's
+# own figures, not each step's cost alone.
+REFERENCE_AT = "fresh-clone make bench at 27cf1e1, 2026-12-03, 2-core VM"
+REFERENCE: dict[str, float] = {
+    "placement": 41.9,
+    "headline": 748.5,
+    "twin": 93.7,
+    "twin-trace": 44.1,
+    "server-trace": 310.0,
+    "server": 208.1,  # DP 2 and 4; DP 4 now needs 4 cores (benchmarks/server.py)
+    "pass-timing": 41.6,
+    "twin-speed": 56.5,
+}
 
 
 def release_count(step: Step, selected: int) -> int:
