@@ -27,6 +27,7 @@ from .common import (
     metric,
     optional_metric,
     require_cuda,
+    run_file,
     save_run,
 )
 
@@ -259,6 +260,37 @@ SimDp = Literal[2, 4]
 SIM_DP_SIZES = list(get_args(SimDp))
 
 
+def replayed_twin_report(
+    spec: str, dp: int, delayer: bool, runs: list[dict[str, Any]], paths: list[Any], key: str
+) -> None:
+    """The twin replaying each of these replays' arrivals, paired with them, as `dpbench server
+    fidelity` reports it (results/fidelity/main-job-<commit>-<key>.json): the dashboard's
+    fidelity page shows it for the commit. A replay that lost requests fails the setting."""
+    from importlib.metadata import version
+
+    from dpbench.server import fidelity
+
+    inp = fidelity.Inputs(
+        spec=spec,
+        dp=dp,
+        release=version("sglang"),
+        chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
+        delayer=delayer,
+        repeats=len(runs),
+        flush_replays=True,
+    )
+    commit = os.environ.get("ASV_COMMIT", "local")[:8]
+    fidelity.report_runs(
+        inp,
+        paths,
+        runs,
+        out_dir=run_file("server", key).parents[3] / "fidelity",
+        python=sys.executable,
+        stem=f"main-job-{commit}-{key}",
+        made_by="the main job (asv), its flushed replays",
+    )
+
+
 def missing_cores(dp: int) -> str | None:
     """Why this machine cannot run the simulated server at ``dp``, or None.
 
@@ -408,8 +440,9 @@ class SimulatedRooflineServe:
                 check_gpus=False,
             )
             runs = execute_replays(prepare(opts), SIM_REPLAYS)
-            for k, result in enumerate(runs):
-                save_run("server", f"{_sim_key(spec, dp, delayer)}-r{k}", result)
+            key = _sim_key(spec, dp, delayer)
+            paths = [save_run("server", f"{key}-r{k}", r) for k, r in enumerate(runs)]
+            replayed_twin_report(spec, dp, delayer == "on", runs, paths, key)
             return {"runs": [_kept(r) for r in runs]}
 
         settings = [
@@ -612,8 +645,9 @@ class SimulatedProductionTrace(SimulatedRooflineServe):
                 check_gpus=False,
             )
             runs = execute_replays(prepare(opts), SIM_REPLAYS)
-            for k, result in enumerate(runs):
-                save_run("server", f"simulated-production-trace-{TRACE_SIM_SPEC}-dp2-r{k}", result)
+            key = f"simulated-production-trace-{TRACE_SIM_SPEC}-dp2"
+            paths = [save_run("server", f"{key}-r{k}", r) for k, r in enumerate(runs)]
+            replayed_twin_report(TRACE_SIM_SPEC, 2, True, runs, paths, key)
             return {"runs": [_kept(r) for r in runs]}
 
         return cache_settings([(TRACE_SIM_SPEC, one)])

@@ -144,7 +144,9 @@ def print_answer(
                 else:
                     values = f"{_short(a.value) if a else '—'} → {_short(b.value) if b else '—'}"
                     pct = fmt_pct(change)
-                lines.append(("row", headings[key], values, pct, _verdict_text(change), change.verdict))
+                lines.append(
+                    ("row", headings[key], values, pct, _verdict_text(change), change.verdict)
+                )
                 for s in chart["series"]:
                     scen = {k: v for k, v in s["scenario"].items() if k != "run"}
                     if chart["source"] != "asv":
@@ -158,7 +160,9 @@ def print_answer(
         elif ln[0] == "setting":
             console.print(Text(f"  {ln[1]}", style="bold"), highlight=False)
         else:
-            text = Text("    " + "  ".join(c.ljust(w) for c, w in zip(ln[1:4], widths)) + "  ")
+            text = Text(
+                "    " + "  ".join(c.ljust(w) for c, w in zip(ln[1:4], widths, strict=True)) + "  "
+            )
             text.append(ln[4], style=VERDICT_STYLE.get(ln[5], "dim"))
             console.print(text, highlight=False, overflow="ellipsis", no_wrap=True)
     return shown

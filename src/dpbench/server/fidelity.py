@@ -513,6 +513,28 @@ def run_on_one_server(inps: list[Inputs], *, out_dir: Path | None = None) -> lis
     return reports
 
 
+def report_runs(
+    inp: Inputs,
+    paths: list[Path],
+    servers: list[dict[str, Any]],
+    *,
+    out_dir: Path,
+    python: str,
+    stem: str,
+    made_by: str,
+) -> dict[str, Any]:
+    """The report of server runs made elsewhere (the main job's flushed replays, already
+    saved at ``paths``): the twin on the spec and on each run's arrivals, the paired rows, as
+    :func:`run` writes them, under ``stem`` in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    twin = run_twin(inp, out_dir / f"{stem}-twin.json", python)
+    t_twin = time.monotonic() - t0
+    return _report(
+        inp, out_dir, python, twin, t_twin, t0, paths, servers, stem=stem, made_by=made_by
+    )
+
+
 def _report(
     inp: Inputs,
     out_dir: Path,
@@ -524,10 +546,13 @@ def _report(
     servers: list[dict[str, Any]],
     *,
     shared_with: list[str] | None = None,
+    stem: str | None = None,
+    made_by: str | None = None,
 ) -> dict[str, Any]:
     """The twin on each server run's arrivals, the rows and the instrument's health: the report
-    (``shared_with``: the settings whose replays ran against the same server start-up)."""
-    stem = run_stem(inp)
+    (``shared_with``: the settings whose replays ran against the same server start-up;
+    ``stem``: its files' name, default :func:`run_stem`; ``made_by``: what ran the server)."""
+    stem = stem or run_stem(inp)
     for path, srv in zip(paths, servers, strict=True):
         check_complete(srv, path)
     replay_paths = [out_dir / f"{stem}-twin-replay-r{i}.json" for i in range(inp.repeats)]
@@ -566,6 +591,8 @@ def _report(
     }
     if shared_with:
         report["server_shared_with"] = shared_with
+    if made_by:
+        report["made_by"] = made_by
     from dpbench.atomic import write_json
 
     write_json(out_dir / f"{stem}.json", json.loads(json.dumps(report, default=str)))
