@@ -62,7 +62,7 @@ console = Console(stderr=True)
 # results/runs/<commit>/<tier>/ folders and the simulated server's results/server-logs/<run>/
 # folders, and warns once per folder; those lines say nothing.
 RUN_FILE_NOISE = re.compile(
-    r"Skipping results: could not load .*/(runs/[0-9a-f]+/\w+|server-logs/[^/]+)/machine\.json"
+    r"Skipping results: could not load .*/(runs/[0-9a-f]+/\w+|server-logs/[^/]+|fidelity)/machine\.json"
 )
 
 
