@@ -8,8 +8,9 @@ imports this (see ``_boot/sitecustomize.py``). A target that is missing or chang
 shape raises :class:`HookTargetChanged` naming the member: the server then dies at
 start-up with that line in its log instead of running half-hooked.
 
-Replace as little as possible: SGLang's HTTP server, tokenizer manager, DP controller,
-schedulers, radix cache, KV pool sizing, PrefillDelayer and metrics stay real.
+Replace as little as possible: SGLang's HTTP server, tokenizer manager, DP controller (its
+loop too: only an empty receive waits), schedulers, radix cache, KV pool sizing,
+PrefillDelayer and metrics stay real.
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ REGISTRY: tuple[Hook, ...] = (
         "PyNccl / custom all-reduce / symmetric-memory communicators need CUDA; gloo CPU groups stay",
         standin.cpu_only_group,
         requires=("use_pynccl", "use_custom_allreduce"),
+    ),
+    Hook(
+        "sglang.srt.managers.data_parallel_controller",
+        "DataParallelController.event_loop",
+        "its non-blocking receive spins a core (a GPU host gives it one); here an empty "
+        "receive waits for the next message, which wakes it at once",
+        standin.controller_waits,
+        reads=("recv_from_tokenizer",),
     ),
     Hook(
         _RUNNER,

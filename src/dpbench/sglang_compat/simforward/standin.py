@@ -155,6 +155,61 @@ def no_logprobs(original: Any, module: ModuleType) -> Any:
     return compute_logprobs_only
 
 
+# -- the DP controller's wait ----------------------------------------------------------
+# How long the DP controller's non-blocking receive from the tokenizer manager may wait
+# for a message before it reports "nothing" as before: a message wakes it at once, so
+# requests are dispatched as soon as they arrive; whatever else SGLang's loop does runs
+# at least this often.
+CONTROLLER_WAIT_MS = 20
+
+
+class WaitingSocket:
+    """A zmq socket whose non-blocking receives first wait up to :data:`CONTROLLER_WAIT_MS`
+    for a message; everything else is the socket's own."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def _wait(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        import zmq
+
+        flags = kwargs.get("flags", args[0] if args else 0)
+        if flags & zmq.NOBLOCK:
+            self._sock.poll(timeout=CONTROLLER_WAIT_MS)
+
+    def recv(self, *args: Any, **kwargs: Any) -> Any:
+        self._wait(args, kwargs)
+        return self._sock.recv(*args, **kwargs)
+
+    def recv_pyobj(self, *args: Any, **kwargs: Any) -> Any:
+        self._wait(args, kwargs)
+        return self._sock.recv_pyobj(*args, **kwargs)
+
+    def recv_multipart(self, *args: Any, **kwargs: Any) -> Any:
+        self._wait(args, kwargs)
+        return self._sock.recv_multipart(*args, **kwargs)
+
+
+def controller_waits(original: Any, module: ModuleType) -> Any:
+    """SGLang's DP controller loops on a non-blocking receive (``zmq.NOBLOCK``) with nothing
+    in between: on a GPU host that spins a core of its own; on these two cores it took a
+    whole core from the schedulers and the load client for every server's whole life (309 s
+    of CPU in one test run). Its loop runs unchanged; only an empty receive now waits for
+    the next message (:class:`WaitingSocket`) instead of returning at once."""
+
+    @functools.wraps(original)
+    def event_loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sock = _need(self, "recv_from_tokenizer", "nothing: the controller waits on it")
+        if not isinstance(sock, WaitingSocket):
+            self.recv_from_tokenizer = WaitingSocket(sock)
+        return original(self, *args, **kwargs)
+
+    return event_loop
+
+
 # -- the forward -----------------------------------------------------------------------
 def _load_factory(ref: str) -> Any:
     mod, _, fn = ref.partition(":")
