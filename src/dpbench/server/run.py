@@ -11,10 +11,8 @@ number it reports is marked ``executor: simulated`` with the cost model's name.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -430,28 +428,15 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
     )
 
 
-_PROVENANCE_SNIPPET = """
-import json
-from dpbench.sglang_compat.detect import UnsupportedSGLang
-try:
-    from dpbench.sglang_compat.provenance import provenance
-    print(json.dumps(provenance()))
-except UnsupportedSGLang as exc:
-    print(json.dumps({"unsupported": str(exc)}))
-"""
-
-
 def provenance_of(python: str) -> dict[str, Any]:
-    """``{"sglang": …, "placement": …}`` of the SGLang installed for ``python`` (raises; never guesses)."""
-    proc = subprocess.run(
-        [python, "-c", _PROVENANCE_SNIPPET], capture_output=True, text=True, timeout=300
-    )
-    if proc.returncode != 0:
-        last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        raise ServerRunError(
-            f"could not read SGLang's version/generation with {python}: {last[-1] if last else proc.returncode}"
-        )
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    """``{"sglang": …, "placement": …}`` of the SGLang installed for ``python`` (raises; never
+    guesses): read once per installed SGLang (:mod:`dpbench.server.provenance`)."""
+    from dpbench.server.provenance import ProvenanceError, read
+
+    try:
+        data = read(python)
+    except ProvenanceError as exc:
+        raise ServerRunError(str(exc)) from None
     if "unsupported" in data:
         raise UnsupportedSGLang(data["unsupported"])
     return data
