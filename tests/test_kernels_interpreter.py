@@ -121,6 +121,9 @@ def test_kernel_modules_only_import_runs_the_same_kernels(env_python: Path) -> N
         "import torch\n"
         "s = k.num_kv_splits(torch.tensor([70, 70, 9000], dtype=torch.int32), num_heads=128, max_kv_splits=256, core_count=132)\n"
         "assert s.dtype == torch.int32 and 1 <= int(s.min()) and int(s.max()) <= 256 and int(s[2]) >= int(s[0]), s\n"
+        "from dpbench.sglang_compat.provenance import provenance\n"
+        "p = provenance(())  # the run result's block; it crashed on a bare 'sglang' module (GPU check)\n"
+        "assert p['sglang']['version'] == k.sglang_version and p['placement']['label'], p\n"
         "print(k.import_path, k.sglang_version, v.ok, v.rel_error)\n"
     )
     proc = _run(env_python, ["-c", code], timeout=300)

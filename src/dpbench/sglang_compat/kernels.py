@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpbench.sglang_compat.detect import UnsupportedSGLang
+from dpbench.sglang_compat.source import sglang_package_dir
 
 # Module locations, newest first: (decode module, extend module, split-metadata module).
 KERNEL_LOCATIONS: tuple[tuple[str, str, str], ...] = (
@@ -305,10 +306,10 @@ def _register_bare_parents(module: str) -> None:
 
     Their ``__init__`` files do not run; submodules still load from the installed files.
     """
-    spec = importlib.util.find_spec("sglang")  # finds the top-level package without running it
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("SGLang is not importable here (no 'sglang' package on sys.path)")
-    root = next(iter(spec.submodule_search_locations))
+    try:  # finds the top-level package without running it (a bare one registered earlier too)
+        root = str(sglang_package_dir())
+    except FileNotFoundError:
+        raise ImportError("SGLang is not importable here (no 'sglang' package on sys.path)") from None
     parts = module.split(".")[:-1]
     for i in range(1, len(parts) + 1):
         name = ".".join(parts[:i])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 SCHEDULE_POLICY = ("srt", "managers", "schedule_policy.py")
@@ -11,11 +12,20 @@ SCHEDULE_POLICY = ("srt", "managers", "schedule_policy.py")
 
 def sglang_installed() -> bool:
     """Whether an ``sglang`` package is importable here (found, not imported)."""
-    return importlib.util.find_spec("sglang") is not None
+    try:
+        sglang_package_dir()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def sglang_package_dir() -> Path:
     """The installed ``sglang`` package folder (``sglang/__init__.py`` is not run)."""
+    stub = sys.modules.get("sglang")
+    if stub is not None and getattr(stub, "__spec__", None) is None and getattr(stub, "__path__", None):
+        # The kernel tier's kernel-modules-only import (sglang_compat.kernels) makes a bare
+        # package module with a path and no spec; find_spec would raise ValueError on it.
+        return Path(next(iter(stub.__path__)))
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
