@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dpbench import results
-from dpbench.paths import results_dir
+from dpbench.core import results
+from dpbench.core.paths import results_dir
 
 # The scenario the simulated-forward server and the twin both run (the fidelity view pairs
 # them): a CPU-sized high-KV spec at SGLang's H200 default global chunk size, the device
@@ -130,7 +130,7 @@ def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
 
 
 def _in_child(run: Callable[[], Any], conn: Any) -> None:
-    from dpbench.procs import die_with_parent
+    from dpbench.core.procs import die_with_parent
 
     die_with_parent()  # asv killing the benchmark (timeout, Ctrl-C) takes the settings with it
     try:

@@ -32,8 +32,8 @@ def _scale_input() -> tuple[Path, Path]:
         import jinja2  # noqa: F401
         import plotly  # noqa: F401
 
+        from dpbench.core.paths import results_dir
         from dpbench.dashboard import scale
-        from dpbench.paths import results_dir
     except ImportError as exc:
         raise NotImplementedError(
             f"needs the orchestrating venv (jinja2, plotly): {exc}; "

@@ -110,7 +110,7 @@ class _AttentionLaunch:
 
 
 def _environment_result(found: dict[str, Any]) -> dict[str, Any]:
-    from dpbench import results
+    from dpbench.core import results
 
     ceilings = found["ceilings"]
     return results.make_run_result(

@@ -18,7 +18,7 @@ class Placement:
     version = "placement-2"  # metrics not measured are NaN (absent), never 0
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench.faults import inject_if_requested
+        from dpbench.core.faults import inject_if_requested
         from dpbench.placement.probe import build_result
         from dpbench.sglang_compat.detect import UnsupportedSGLang
 

@@ -420,7 +420,7 @@ class SimulatedRooflineServe:
     version = "server-simulated-roofline-4"
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench import faults
+        from dpbench.core import faults
         from dpbench.server.run import RunOptions, execute_replays, prepare
 
         faults.inject_if_requested("server-sim")

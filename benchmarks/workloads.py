@@ -89,8 +89,8 @@ TRACE_FILES = {  # under ../shared/traces/ (not shipped: see the README, "Produc
 def trace_path(fmt: str) -> Path:
     """The shared copy of a production trace; skip (asv: NotImplementedError) where it is not
     on this machine, naming the file and where to get it."""
-    from dpbench.paths import shared_traces_dir
-    from dpbench.workload.importers.load import READERS
+    from dpbench.core.paths import shared_traces_dir
+    from dpbench.workload.importers.source import READERS
 
     path = shared_traces_dir() / TRACE_FILES[fmt]
     if not path.is_file():
@@ -122,7 +122,7 @@ class TraceImport:
 
     def time_import(self, fmt: str) -> None:
         from dpbench.workload.importers.fit import fit
-        from dpbench.workload.importers.load import READERS
+        from dpbench.workload.importers.source import READERS
 
         # the reader itself, not its per-process cache
         raw = READERS[fmt].read(Path(self.source.path))
@@ -130,7 +130,7 @@ class TraceImport:
 
     def time_import_and_write(self, fmt: str) -> None:
         from dpbench.workload.importers.fit import fit
-        from dpbench.workload.importers.load import READERS
+        from dpbench.workload.importers.source import READERS
         from dpbench.workload.trace import write_trace
 
         raw = READERS[fmt].read(Path(self.source.path))

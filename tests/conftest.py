@@ -70,7 +70,7 @@ def asv_releases_config(tmp: Path, history: Path, **overrides: str) -> Path:
     installed without the server tier's extras (no test here runs that tier through asv)."""
     from asv.util import load_json
 
-    from dpbench.paths import cache_dir, project_root
+    from dpbench.core.paths import cache_dir, project_root
 
     root = project_root()
     conf = load_json(str(root / "asv.releases.json"), js_comments=True)

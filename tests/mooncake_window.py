@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dpbench.paths import shared_traces_dir
+from dpbench.core.paths import shared_traces_dir
 
 SPEC = "mooncake-conversation-small"
 
@@ -26,7 +26,7 @@ def check_round_robin_report(report: dict[str, Any]) -> None:
     spoils only the client's TTFT. CI once read the client's TTFT p50 34 % above the replay
     with the decisions in target and nothing recorded to say why; a cache-aware run beside
     three other jobs read +26 % at the scheduler and +4.1 points of delay verdicts."""
-    from dpbench import results
+    from dpbench.core import results
 
     (server_path,) = report["server_results"]
     (replay_path,) = report["twin_replay_results"]

@@ -1,4 +1,4 @@
-"""Rank balance (dpbench.balance): one definition, computed from the twin's arrays and from the
+"""Rank balance (dpbench.metrics.balance): one definition, computed from the twin's arrays and from the
 simulated-forward server's step and pass records alike (hand-built; the real runs are in
 test_twin_production_trace and the fidelity tests)."""
 
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from dpbench.balance import rank_balance
+from dpbench.metrics.balance import rank_balance
 from dpbench.server.steps import rank_balance_of, read_step_waiting
 
 # 2 ranks × 4 steps: rank 0 extends 100 tokens, then decodes 2, 2, idles; rank 1 idles while

@@ -133,7 +133,7 @@ def test_every_benchmark_metric_has_a_direction():
     """Every track_/time_ method in benchmarks/ gets higher/lower/none from the one table: none unknown."""
     import ast
 
-    from dpbench.paths import project_root
+    from dpbench.core.paths import project_root
 
     names = []
     for path in sorted((project_root() / "benchmarks").glob("*.py")):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from chromium_page import open_page
 
+from dpbench.core.paths import project_root
 from dpbench.dashboard import fidelity, loaders
 from dpbench.dashboard.model import build_model
-from dpbench.paths import project_root
 
 REPORT = project_root() / "docs" / "fidelity" / "long-prompt-burst-dp2-chunk8192-sglang0.5.23.json"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from chromium_page import open_page
 
+from dpbench.core.paths import project_root
 from dpbench.dashboard.compare import Side, change_of, compare_commits
 from dpbench.dashboard.model import T975
-from dpbench.paths import project_root
 
 pytestmark = pytest.mark.browser
 

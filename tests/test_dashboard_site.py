@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from conftest import asv_releases_config
 
-from dpbench import releases
+from dpbench.core.paths import project_root
 from dpbench.dashboard import compare, loaders
 from dpbench.dashboard.build import build_report, build_site
 from dpbench.dashboard.model import param_value
-from dpbench.paths import project_root
+from dpbench.mainjob import releases
 
 # asv builds one environment per release on first use: ~5 min on an idle 2-core machine.
 pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -50,8 +50,8 @@ def test_release_env_imports_scheduler_with_its_pins(version, transformers, tmp_
 
 @pytest.mark.sglang
 def test_run_in_env_captures_streams_and_reaps_on_timeout():
+    from dpbench.core.procs import alive
     from dpbench.envs import run_in_env
-    from dpbench.procs import alive
 
     done = run_in_env("0.5.23", "platform", timeout=120)
     assert done.returncode == 0 and done.stdout.strip()

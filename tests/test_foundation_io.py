@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dpbench import results
-from dpbench.atomic import atomic_open, write_json
+from dpbench.core import results
+from dpbench.core.atomic import atomic_open, write_json
 
 
 def test_crash_mid_write_keeps_previous_file(tmp_path):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from dpbench.procs import alive, descendants
+from dpbench.core.procs import alive, descendants
 
 TREE = textwrap.dedent(
     """
@@ -32,7 +32,7 @@ DRIVER = textwrap.dedent(
     """
     import signal, sys
     from pathlib import Path
-    from dpbench import mainjob
+    from dpbench.mainjob import job as mainjob
     signal.signal(signal.SIGTERM, mainjob._sigterm_to_exit)
     mainjob._run([sys.executable, "-c", sys.argv[1]], cwd=Path("."))
     """
@@ -77,7 +77,7 @@ def test_a_niced_step_runs_at_the_lowest_priority_of_its_own_session(capfd):
     autogroup) is set to 19 as well, and its children inherit both."""
     from pathlib import Path
 
-    from dpbench import mainjob
+    from dpbench.mainjob import job as mainjob
 
     probe = (
         "import os, subprocess, sys; from pathlib import Path;"

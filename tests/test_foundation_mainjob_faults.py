@@ -2,7 +2,7 @@
 
 The real thing, end to end: `dpbench bench` over SGLang 0.5.23 from the release history,
 real asv (its own environment with the release wheel), with $DPBENCH_INJECT_FAILURE
-asking the placement tier's scenario to fail (``dpbench.faults``). asv has to hand that
+asking the placement tier's scenario to fail (``dpbench.core.faults``). asv has to hand that
 variable to its benchmark processes for the test to pass at all. All three CPU tiers
 that drive SGLang (placement, twin, simulated-forward server) are asked to fail at once.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import asv_releases_config
 
-from dpbench.faults import ENV
-from dpbench.paths import project_root
+from dpbench.core.faults import ENV
+from dpbench.core.paths import project_root
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from dpbench import mainplan
+from dpbench.mainjob import plan as mainplan
 
 # run by hand, never by the default plan (README, "make bench"): GPU-only tiers skip without
 # GPUs anyway; the workload and dashboard benchmarks time dpbench itself on one commit; the
@@ -72,7 +72,7 @@ def test_step_costs_are_written_whole(tmp_path, monkeypatch):
     path = tmp_path / "mainjob-costs.json"
     path.write_text('{"earlier": true}\n')
     costs = [mainplan.StepCost("placement", 10, 480.0), mainplan.StepCost("server", 3, 0.0)]
-    monkeypatch.setattr("dpbench.atomic.os.replace", _refuse)
+    monkeypatch.setattr("dpbench.core.atomic.os.replace", _refuse)
     with pytest.raises(OSError, match="refused"):
         mainplan.write_costs(path, costs, total_s=480.0)
     assert json.loads(path.read_text()) == {"earlier": True}  # the earlier file, whole

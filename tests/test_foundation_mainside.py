@@ -1,4 +1,4 @@
-"""The main job's simulated-server steps in an asv run of their own (dpbench.mainside): its
+"""The main job's simulated-server steps in an asv run of their own (dpbench.mainjob.side): its
 config, and folding its asv result files back into the main ones (asv's own Results API
 writes and reads them)."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dpbench import mainside
+from dpbench.mainjob import side as mainside
 
 MACHINE = "vm"
 SHA = "dc74558371be594423f330676c03ac3b422654d0"

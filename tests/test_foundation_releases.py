@@ -7,9 +7,10 @@ import subprocess
 
 import pytest
 
-from dpbench import mainjob, releases
 from dpbench.envs.pins import GPU_ONLY, cpu_requirements
 from dpbench.envs.venv import wheel_path
+from dpbench.mainjob import job as mainjob
+from dpbench.mainjob import releases
 
 
 def test_history_holds_every_known_release_with_stable_hashes(tmp_path):

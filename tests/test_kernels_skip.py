@@ -11,7 +11,7 @@ import pytest
 def test_asv_setup_raises_not_implemented_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """No GPU is a skip; no torch at all is a broken environment (every tier's environment has
     it), so it fails the benchmark rather than reading as missing hardware."""
-    from dpbench.paths import project_root
+    from dpbench.core.paths import project_root
 
     monkeypatch.syspath_prepend(str(project_root()))
     k = importlib.import_module("benchmarks.kernels")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpbench.latency import RequestLatency, Slo, latency_metrics
+from dpbench.metrics.latency import RequestLatency, Slo, latency_metrics
 
 
 def _values(m, name):

@@ -139,7 +139,7 @@ def test_asv_benchmark_fails_where_sglang_is_missing(monkeypatch):
 
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("SGLang is importable here; the path needs an environment without it")
-    from dpbench.paths import project_root
+    from dpbench.core.paths import project_root
 
     monkeypatch.syspath_prepend(str(project_root()))
     bench = importlib.import_module("benchmarks.placement").Placement()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dpbench import results
+from dpbench.core import results
 
 EXPECTED = {
     # version: (label, code, false prefillable reports, chunked negotiates)

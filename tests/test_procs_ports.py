@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from dpbench.procs import free_port_with
+from dpbench.core.procs import free_port_with
 from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, SERVER_PORT_RANGE
 
 

@@ -1,6 +1,6 @@
 """One definition per option: every CLI option and job-file key of a tier comes from its schema.
 
-The checks walk the schema itself (``dpbench.schema.options``), never a list kept beside it:
+The checks walk the schema itself (``dpbench.core.schema.options``), never a list kept beside it:
 an option added to ``TwinConfig``/``TwinInputs``/``RunOptions`` is covered here without
 touching this file, and fails here if any path drops or renames it.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dpbench.schema import Option, SchemaError, build, from_dict, options, to_dict
+from dpbench.core.schema import Option, SchemaError, build, from_dict, options, to_dict
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs, make_config
 
 
@@ -101,7 +101,7 @@ def test_every_twin_option_reaches_the_job_file_through_the_cli(opt, monkeypatch
 
 
 def _flat(obj: Any) -> dict[str, Any]:
-    from dpbench.schema import flat_values
+    from dpbench.core.schema import flat_values
 
     return flat_values(obj)
 
@@ -178,7 +178,7 @@ def test_every_server_option_reaches_its_schema_through_the_cli(command, cls, op
     from the default in exactly X (the schema builds both; nothing lists the options)."""
     from typer.testing import CliRunner
 
-    from dpbench.schema import replace
+    from dpbench.core.schema import replace
     from dpbench.server import cli
     from dpbench.server import fidelity as fid
     from dpbench.server.fidelity import Inputs

@@ -9,7 +9,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from dpbench.procs import free_port
+from dpbench.core.procs import free_port
 from dpbench.server.client import DONE, GenerateRequest, Malformed, parse_sse_line
 from dpbench.server.loadgen import Schedule, ScheduleError, drive
 from dpbench.server.metrics import ScrapeError, Snapshot, scrape, server_metrics
@@ -261,7 +261,7 @@ def test_no_delayer_counter_means_no_delayer_count():
 def test_delay_fraction_over_prefillable_passes_leaves_out_passes_with_nothing_to_prefill():
     """One definition for both tiers: the server's idle passes (``none``) count in the
     every-outcome fraction only."""
-    from dpbench.outcomes import delay_fractions
+    from dpbench.metrics.outcomes import delay_fractions
 
     m = delay_fractions([("none", "true", 30.0), ("mixed", "false", 6.0), ("all", "true", 4.0)])
     assert m["delayer_delay_fraction"].value == pytest.approx(6 / 40)

@@ -92,7 +92,7 @@ def test_every_input_but_the_repeat_count_names_the_run_files():
     numbered) changes the stem, so no input can be left out of the file names."""
     import dataclasses
 
-    from dpbench.schema import replace
+    from dpbench.core.schema import replace
 
     base = Inputs(spec="long-prompt-burst", dp=4, release="0.5.16", chunked_prefill_size=8192)
     changed = {

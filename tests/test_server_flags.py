@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dpbench.core.paths import cache_dir
 from dpbench.envs.venv import env_path
 from dpbench.server.config import DelayerConfig, ServerConfig, ServerConfigError, build_args
 from dpbench.sglang_compat.server import (
@@ -32,7 +33,11 @@ def _release_python(version: str):
 @pytest.fixture(scope="module", params=RELEASES)
 def release(request):
     python = _release_python(request.param)
-    return request.param, python, server_flags(python)  # cached per install after the first run
+    return (
+        request.param,
+        python,
+        server_flags(python, cache_dir=cache_dir() / "sglang-help"),
+    )  # cached per install after the first run
 
 
 def _configs():
@@ -95,7 +100,7 @@ def test_dp_attention_spelling_follows_the_release(release):
 def test_sglangs_own_parser_accepts_the_command():
     """0.5.23's prepare_server_args parses what the launcher builds into the intended ServerArgs."""
     python = _release_python("0.5.23")
-    flags = server_flags(python)
+    flags = server_flags(python, cache_dir=cache_dir() / "sglang-help")
     cfg = next(iter(_configs()))
     args = build_args(cfg, flags)
     probe = (
@@ -160,7 +165,9 @@ def test_a_missing_flag_or_choice_is_a_clear_error(release):
 @pytest.mark.sglang
 def test_help_is_cached_per_install(release):
     _version, python, flags = release
-    again = server_flags(python)  # second call reads .cache/sglang-help, no SGLang import
+    again = server_flags(
+        python, cache_dir=cache_dir() / "sglang-help"
+    )  # second call reads .cache/sglang-help, no SGLang import
     assert set(again.flags) == set(flags.flags) and again.source == flags.source
 
 

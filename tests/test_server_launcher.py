@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbench.procs import alive, free_port, group_members
+from dpbench.core.procs import alive, free_port, group_members
 from dpbench.server.launcher import (
     GpuRequirementError,
     ServerProcess,

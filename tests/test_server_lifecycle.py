@@ -20,7 +20,7 @@ from simserver import (
     wait_until,
 )
 
-from dpbench.procs import free_port
+from dpbench.core.procs import free_port
 from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

@@ -29,7 +29,7 @@ def shared(tmp_path_factory):
 
 def test_the_server_and_the_replayed_twin_agree_on_a_mooncake_window_0523(shared):
     """Behind SGLang's own round robin: the first replay, on the server fresh from start-up."""
-    from dpbench import results
+    from dpbench.core import results
 
     report, routed = shared
     check_round_robin_report(report)
@@ -52,7 +52,7 @@ def test_cache_aware_routing_reaches_the_ranks_it_chose_in_each_flushed_replay(s
     same prompts the one before sent, so a radix cache (or a router) that kept them would hit
     far more than the trace's own sharing; both replays hit exactly what the twin, fresh for
     each, hits on the same arrivals."""
-    from dpbench import results
+    from dpbench.core import results
 
     first, report = shared
     servers = [results.load(p) for p in report["server_results"]]

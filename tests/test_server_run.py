@@ -8,7 +8,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from dpbench import results
+from dpbench.core import results
+from dpbench.core.paths import cache_dir
 from dpbench.envs.venv import env_path
 from dpbench.server.cli import app
 from dpbench.server.run import RunOptions, execute, prepare
@@ -68,7 +69,7 @@ def _against_the_double(python_0523, tmp_path, *double_args: str):
         check_gpus=False,
         log_dir=str(tmp_path),
     )
-    prep = prepare(opts, flags=server_flags(python_0523))
+    prep = prepare(opts, flags=server_flags(python_0523, cache_dir=cache_dir() / "sglang-help"))
     # Swap SGLang for the protocol test double: same port, same lifecycle, CPU only.
     port = prep.config.port
     return dataclasses.replace(

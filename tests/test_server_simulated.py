@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from simserver import DPBENCH, SPEC, server_processes, server_sessions, sim_options
 
-from dpbench import results
+from dpbench.core import results
 from dpbench.server.run import execute, prepare
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from simserver import DPBENCH, SPEC
 
-from dpbench import results
-from dpbench.procs import free_port_with
+from dpbench.core import results
+from dpbench.core.procs import free_port_with
 from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, SERVER_PORT_RANGE
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from twinjob import run_twin_job
 
-from dpbench.latency import RequestLatency, Slo, latency_metrics
+from dpbench.metrics.latency import RequestLatency, Slo, latency_metrics
 from dpbench.twin.capacity import search
 from dpbench.twin.capacity_cli import summarise
 from dpbench.twin.config import TwinConfigError, make_config
@@ -107,7 +107,7 @@ def test_a_faster_rate_queues_more_and_the_search_runs_on_the_real_twin(release_
     assert mf["ttft_ms_p99"] > ms["ttft_ms_p99"]
     assert mf["slo_attainment"] <= ms["slo_attainment"]
     # the search, as `dpbench twin capacity` runs it in the release's environment
-    from dpbench.schema import to_dict
+    from dpbench.core.schema import to_dict
     from dpbench.twin.sweep import arm_base_config
 
     job = {

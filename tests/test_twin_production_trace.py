@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from twinjob import run_twin_job
 
-from dpbench.paths import shared_traces_dir
+from dpbench.core.paths import shared_traces_dir
 
 MOONCAKE = shared_traces_dir() / "mooncake-fast25" / "conversation_trace.jsonl"
 BIG_POOL = 3_000_000  # tokens per rank: the window's every prompt fits, nothing is evicted
@@ -64,7 +64,7 @@ def test_each_rank_hits_what_the_trace_lets_it_hit(release_env, tmp_path):
     assert offered < trace_reuse[0] / trace_reuse[1] - 0.02
     assert hit["ca"] > hit["rr"] + 0.01
     assert ca["extra"]["config"]["dispatch"] == "cache_aware"
-    # rank balance (dpbench.balance): round robin splits requests evenly whatever their
+    # rank balance (dpbench.metrics.balance): round robin splits requests evenly whatever their
     # length; the router trades request counts for cache hits. Per-rank totals add up.
     for r in (rr, ca):
         table = r["extra"]["rank_balance"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbench.procs import alive, children
+from dpbench.core.procs import alive, children
 
 pytestmark = pytest.mark.sglang
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpbench.paths import shared_traces_dir
+from dpbench.core.paths import shared_traces_dir
 from dpbench.workload.importers.base import TraceFileMissing, TraceImportError
 from dpbench.workload.importers.load import import_trace
 from dpbench.workload.importers.reuse import block_reuse, token_reuse

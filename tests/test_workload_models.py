@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from dpbench.paths import project_root
+from dpbench.core.paths import project_root
 from dpbench.workload.models import known_models, load_model_config
 
 SHIPPED = ["deepseek-v2-lite", "deepseek-v3", "deepseek-v3-tiny"]

@@ -11,16 +11,9 @@ import numpy as np
 import pytest
 
 from dpbench.workload.models import load_model_config
+from dpbench.workload.request import SPLITMIX_GAMMA, TraceRequest, splitmix64
 from dpbench.workload.spec import WorkloadSpecError, load_spec, parse_spec
-from dpbench.workload.trace import (
-    SPLITMIX_GAMMA,
-    TraceFormatError,
-    TraceRequest,
-    generate_trace,
-    load_trace,
-    splitmix64,
-    write_trace,
-)
+from dpbench.workload.trace import TraceFormatError, generate_trace, load_trace, write_trace
 
 SHIPPED = ["agentic-multiturn", "balanced-baseline", "long-context-chat", "long-prompt-burst"]
 

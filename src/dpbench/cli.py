@@ -44,9 +44,9 @@ for _name, _module in _GROUPS:
 
 # Top-level commands: (name, module, function)
 _COMMANDS: list[tuple[str, str, str]] = [
-    ("releases", "dpbench.releases_cli", "releases_command"),
-    ("bench", "dpbench.mainjob", "bench_command"),
-    ("asv-config", "dpbench.asvconf", "asv_config_command"),
+    ("releases", "dpbench.mainjob.releases_cli", "releases_command"),
+    ("bench", "dpbench.mainjob.job", "bench_command"),
+    ("asv-config", "dpbench.mainjob.asvconf", "asv_config_command"),
     ("compare", "dpbench.dashboard.compare_cli", "compare_command"),
 ]
 

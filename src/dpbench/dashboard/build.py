@@ -25,9 +25,9 @@ from typing import Any
 
 import jinja2
 
+from dpbench.core.paths import project_root
 from dpbench.dashboard import fidelity, loaders, steps
 from dpbench.dashboard.model import build_model, default_pair
-from dpbench.paths import project_root
 
 ASSETS = (
     "dashboard.css",
@@ -77,7 +77,7 @@ def script_json(data: Any) -> str:
 
 def default_history(loaded: loaders.Loaded) -> Path | None:
     """The release history `dpbench releases` built, when the results are about its commits."""
-    from dpbench.releases import default_repo
+    from dpbench.mainjob.releases import default_repo
 
     repo = default_repo()
     if not (repo / ".git").exists():

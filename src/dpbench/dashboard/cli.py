@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from dpbench.paths import project_root
+from dpbench.core.paths import project_root
 
 app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: full option names at 80 columns

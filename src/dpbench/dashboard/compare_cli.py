@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from dpbench.core.paths import project_root
 from dpbench.dashboard import loaders, metrics
 from dpbench.dashboard.compare import (
     QUIET,
@@ -39,7 +40,6 @@ from dpbench.dashboard.compare import (
     summary,
 )
 from dpbench.dashboard.model import build_model
-from dpbench.paths import project_root
 
 
 def _fmt(v: float | None) -> str:

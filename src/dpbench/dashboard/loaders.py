@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpbench import results as run_results
+from dpbench.core import results as run_results
 
 ASV_RESULTS_API = 2  # asv 0.6's results/<machine>/<commit>-<env>.json (result_columns)
 ASV_SKIP_FILES = {"machine.json", "benchmarks.json"}

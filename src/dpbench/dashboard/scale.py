@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dpbench.atomic import write_json
+from dpbench.core.atomic import write_json
 
 MACHINE = "synthetic-scale-input"
 DAY_MS = 86_400_000

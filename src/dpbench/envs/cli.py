@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpbench.core.paths import cache_dir
 from dpbench.envs.venv import EnvError, ensure_env, env_path
-from dpbench.paths import cache_dir
 
 app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: full option names at 80 columns

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dpbench.core.paths import project_root
 from dpbench.envs.venv import ensure_env
-from dpbench.paths import project_root
 
 
 def release_python(version: str) -> Path:

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpbench.atomic import write_json
+from dpbench.core.atomic import write_json
+from dpbench.core.paths import cache_dir, project_root
 from dpbench.envs.pins import TORCH_PAIR, cpu_requirements, server_requirements
-from dpbench.paths import cache_dir, project_root
 
 # Bump when what an environment holds changes, so stale environments are rebuilt.
 ENV_LAYOUT_VERSION = 3

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dpbench.atomic import write_json
+from dpbench.core.atomic import write_json
 from dpbench.kernels.cases import KINDS, Case, MLAShape
 
 SCHEMA = "dpbench.kernel-calibration/1"

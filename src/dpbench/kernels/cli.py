@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dpbench.progress import console, interactive, progress
+from dpbench.core.progress import console, interactive, progress
 from dpbench.sglang_compat.source import sglang_installed
 
 app = typer.Typer(
@@ -333,7 +333,7 @@ def check(
 
 
 def _write_run_result(path: Path, calib: dict[str, Any], outcome: Any, wall_s: float) -> None:
-    from dpbench.results import Metric, make_run_result, save
+    from dpbench.core.results import Metric, make_run_result, save
 
     metrics = {
         "copy_bandwidth_bytes_per_s": Metric(

@@ -36,12 +36,12 @@ def show(
     timeout: Annotated[float, typer.Option(help="seconds allowed per release")] = 600,
 ) -> None:
     """Probe each release (static + behavioural) inside its release environment and print a table."""
-    from dpbench import results
+    from dpbench.core import results
+    from dpbench.core.progress import console
     from dpbench.envs import run_in_env
+    from dpbench.mainjob.releases import KNOWN_VERSIONS
     from dpbench.placement.probe import EXIT_UNSUPPORTED
     from dpbench.placement.table import cases, summary
-    from dpbench.progress import console
-    from dpbench.releases import KNOWN_VERSIONS
 
     err = console()
     out = Console()

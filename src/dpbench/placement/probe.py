@@ -3,7 +3,7 @@
 Run it *inside* a release environment (``dpbench placement show`` does that for you).
 It combines the static reading of ``schedule_policy.py`` (:mod:`.static`) and the
 behavioural probe of the real ``PrefillAdder`` (:mod:`.behavioural`) into one run
-result (``dpbench.results``, tier ``placement``).
+result (``dpbench.core.results``, tier ``placement``).
 
 Metrics (all ``better`` as noted; codes are stable, the dashboard decodes them):
 
@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from dpbench import results
+from dpbench.core import results
 from dpbench.placement import behavioural, static
 
 PLACEMENT_CODES: dict[str, int] = {"unknown": 0, "early": 1, "post-kv": 2, "absent": 3}

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dpbench import results
-from dpbench.progress import console, progress
-from dpbench.schema import with_options
+from dpbench.core import results
+from dpbench.core.progress import console, progress
+from dpbench.core.schema import with_options
 from dpbench.server.client import RequestOutcome
 from dpbench.server.fidelity import Inputs
 from dpbench.server.launcher import ServerProcess
@@ -223,7 +223,7 @@ def client_bench(
     """This client vs SGLang's bench_serving against the protocol test double (CPU only)."""
     import json
 
-    from dpbench.atomic import write_json
+    from dpbench.core.atomic import write_json
     from dpbench.server.client_bench import ComparisonConfig, compare
 
     cfg = ComparisonConfig(
@@ -395,7 +395,7 @@ def diverge(
     """Where the twin and SGLang's real scheduler part, on one server run (step by step)."""
     import tempfile
 
-    from dpbench.atomic import write_json
+    from dpbench.core.atomic import write_json
     from dpbench.server import diverge as dv
     from dpbench.server.fidelity import FidelityError
     from dpbench.twin.job import arm_overrides

@@ -102,8 +102,8 @@ class RequestOutcome:
 
     @property
     def tpot_s(self) -> float | None:
-        """Mean time per output token after the first (vLLM/SGLang's TPOT; dpbench.latency)."""
-        from dpbench.latency import tpot_of
+        """Mean time per output token after the first (vLLM/SGLang's TPOT; dpbench.metrics.latency)."""
+        from dpbench.metrics.latency import tpot_of
 
         return tpot_of(self.ttft_s, self.e2e_s, self.output_tokens)
 

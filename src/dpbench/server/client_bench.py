@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.procs import free_port
+from dpbench.core.procs import free_port
 from dpbench.server.client import GenerateRequest
 from dpbench.server.launcher import ServerProcess
 from dpbench.server.loadgen import Schedule, drive, run_load

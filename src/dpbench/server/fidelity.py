@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbench import results
-from dpbench.paths import project_root, results_dir
-from dpbench.schema import metadata_of, to_dict
+from dpbench.core import results
+from dpbench.core.paths import project_root, results_dir
+from dpbench.core.schema import metadata_of, to_dict
 from dpbench.server.health import Health, check
 from dpbench.server.run import RunOptions, ServerDispatch
 from dpbench.twin.stats import paired
@@ -106,7 +106,7 @@ ROWS: tuple[tuple[str, str, str, str, str], ...] = (
     ("output tokens/s", "output_tokens_per_s", "output_tokens_per_s", "tok/s", "client"),
     # SGLang's meta_info.cached_tokens on the server; the twin's first-admission matches
     ("prefix-cache hit rate", "prefix_hit_rate", "prefix_hit_rate", "fraction", "decisions"),
-    # rank balance (dpbench.balance): the same definitions on both sides
+    # rank balance (dpbench.metrics.balance): the same definitions on both sides
     (
         "rank tokens max/mean",
         "rank_tokens_imbalance",
@@ -593,7 +593,7 @@ def _report(
         report["server_shared_with"] = shared_with
     if made_by:
         report["made_by"] = made_by
-    from dpbench.atomic import write_json
+    from dpbench.core.atomic import write_json
 
     write_json(out_dir / f"{stem}.json", json.loads(json.dumps(report, default=str)))
     return report

@@ -19,7 +19,7 @@ import sys
 import time
 from types import FrameType
 
-from dpbench.procs import group_members
+from dpbench.core.procs import group_members
 
 GRACE_S = 15.0
 PR_SET_PDEATHSIG = 1

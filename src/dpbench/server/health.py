@@ -219,7 +219,7 @@ class Health:
 
 
 def check(result: dict[str, Any]) -> Health:
-    """The health of one server run result (``dpbench.results`` schema)."""
+    """The health of one server run result (``dpbench.core.results`` schema)."""
     h = Health()
     metrics = result.get("metrics", {})
     for lim in LIMITS:

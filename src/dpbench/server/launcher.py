@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO
 
-from dpbench.procs import die_with_parent, group_members
+from dpbench.core.procs import die_with_parent, group_members
 
 
 class ServerStartError(RuntimeError):

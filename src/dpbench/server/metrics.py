@@ -17,8 +17,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from dpbench.outcomes import delay_fractions
-from dpbench.results import Metric
+from dpbench.core.results import Metric
+from dpbench.metrics.outcomes import delay_fractions
 
 OUTCOMES = "sglang:prefill_delayer_outcomes_total"
 OUTCOME_LABELS = ("input_estimation", "output_allow", "output_reason", "actual_execution")

@@ -22,8 +22,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dpbench.atomic import write_json
-from dpbench.paths import cache_dir
+from dpbench.core.atomic import write_json
+from dpbench.core.paths import cache_dir
 
 _LOCATE = """
 import importlib.util, json

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from dpbench.paths import results_dir, workloads_dir
-from dpbench.procs import free_port_with, group_members
-from dpbench.results import Metric, make_run_result
+from dpbench.core.paths import cache_dir, results_dir, workloads_dir
+from dpbench.core.procs import free_port_with, group_members
+from dpbench.core.results import Metric, make_run_result
 from dpbench.server.client import GenerateRequest, RequestOutcome
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
 from dpbench.server.health import (
@@ -81,7 +81,7 @@ DISPATCHES: tuple[str, ...] = get_args(ServerDispatch)
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
     """What a user chooses on top of the workload spec: the schema `dpbench server run` and
-    `launch` build their options from (dpbench.schema), asv's benchmarks set, and a run's
+    `launch` build their options from (dpbench.core.schema), asv's benchmarks set, and a run's
     result records."""
 
     spec: str = field(
@@ -400,7 +400,7 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         dist_init_addr=opts.dist_init_addr,
         extra_args=extra_args,
     )
-    flags = flags or server_flags(python)
+    flags = flags or server_flags(python, cache_dir=cache_dir() / "sglang-help")
     command = build_command(cfg, flags, python=python)
     requests = [
         GenerateRequest(r.id, r.token_ids(model.vocab_size), r.max_new_tokens, r.ignore_eos)
@@ -526,7 +526,7 @@ def step_dir(opts: RunOptions, run_dir: Path) -> Path:
 
 def sim_launch_env(prep: Prepared, log: Path) -> dict[str, str]:
     """The environment for a simulated-forward server on this node (also the other nodes' `launch`)."""
-    from dpbench import faults
+    from dpbench.core import faults
 
     faults.inject_if_requested("server-sim")
     records = step_dir(prep.options, log.with_suffix(""))
@@ -764,7 +764,7 @@ def _replay_result(
         "executor": executor,
         "command": prep.command,
         "server_config": asdict(cfg),
-        "run_options": asdict(opts),  # the schema this run was given (dpbench.schema)
+        "run_options": asdict(opts),  # the schema this run was given (dpbench.core.schema)
         "kv_plan": prep.kv_plan,
         "schedule": prep.schedule.kind,
         "slo": asdict(opts.slo),
@@ -868,7 +868,7 @@ def _replay_result(
         # when each request reached its scheduler and which DP rank (by trace id): the twin
         # can replay these
         extra["scheduler_arrivals"] = {trace_id(i, suffix): v for i, v in arrivals.items()}
-        if "steps" in extra:  # rank balance (dpbench.balance): the twin's definitions
+        if "steps" in extra:  # rank balance (dpbench.metrics.balance): the twin's definitions
             waiting = read_step_waiting(step_dir(opts, run_dir), cfg.dp_size)
             if waiting is not None and first_step is not None:
                 waiting = [w[first_step:last_step] for w in waiting]

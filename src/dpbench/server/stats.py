@@ -1,7 +1,7 @@
 """Aggregate request outcomes into the client-side metrics of a run (computed here, printed elsewhere).
 
 Every metric name carries its unit. Percentiles are numpy's (linear interpolation).
-The latencies and goodput are :mod:`dpbench.latency`'s (one definition with the twin).
+The latencies and goodput are :mod:`dpbench.metrics.latency`'s (one definition with the twin).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpbench.latency import PERCENTILES, RequestLatency, Slo, latency_metrics
-from dpbench.results import Metric
+from dpbench.core.results import Metric
+from dpbench.metrics.latency import PERCENTILES, RequestLatency, Slo, latency_metrics
 from dpbench.server.client import ERROR_KINDS, RequestOutcome
 from dpbench.server.loadgen import LoadResult
 
@@ -33,7 +33,7 @@ def summarize(result: LoadResult, slo: Slo | None = None) -> dict[str, Metric]:
         "input_tokens_per_s": Metric(sum(o.input_tokens for o in ok) / dur, "tokens/s", "higher"),
         "duration_s": Metric(result.duration_s, "s"),
     }
-    # TTFT/ITL/TPOT/E2E and goodput: dpbench.latency, the twin's definitions too
+    # TTFT/ITL/TPOT/E2E and goodput: dpbench.metrics.latency, the twin's definitions too
     m.update(
         latency_metrics(
             (RequestLatency(o.ttft_s, o.e2e_s, o.itl_s, o.output_tokens) for o in ok), dur, slo

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.results import Metric
+from dpbench.core.results import Metric
 
 KINDS = ("extend", "decode", "mixed", "idle")
 
@@ -139,9 +139,9 @@ def rank_balance_of(
     waiting: list[list[int]] | None,
     requests: list[int] | None,
 ) -> tuple[dict[str, Metric], list[dict[str, Any]]]:
-    """:func:`dpbench.balance.rank_balance` from the server's step records (already cut to the
+    """:func:`dpbench.metrics.balance.rank_balance` from the server's step records (already cut to the
     run), ``waiting`` cut the same way (absent: no idle-while-waiting metric)."""
-    from dpbench.balance import rank_balance
+    from dpbench.metrics.balance import rank_balance
 
     n = min(len(r) for r in records)
     rows = [r[:n] for r in records]

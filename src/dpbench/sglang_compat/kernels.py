@@ -309,7 +309,9 @@ def _register_bare_parents(module: str) -> None:
     try:  # finds the top-level package without running it (a bare one registered earlier too)
         root = str(sglang_package_dir())
     except FileNotFoundError:
-        raise ImportError("SGLang is not importable here (no 'sglang' package on sys.path)") from None
+        raise ImportError(
+            "SGLang is not importable here (no 'sglang' package on sys.path)"
+        ) from None
     parts = module.split(".")[:-1]
     for i in range(1, len(parts) + 1):
         name = ".".join(parts[:i])

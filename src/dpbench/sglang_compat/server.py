@@ -21,13 +21,12 @@ import ast
 import difflib
 import hashlib
 import json
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpbench.atomic import atomic_open
-from dpbench.paths import cache_dir
 from dpbench.sglang_compat.detect import UnsupportedSGLang
 
 
@@ -279,21 +278,18 @@ def install_key(python: str | Path, *, timeout: float = 60) -> InstallKey:
     return InstallKey(data["version"], data["key"], data["root"])
 
 
-def _help_cache(key: InstallKey) -> Path:
-    return cache_dir() / "sglang-help" / f"{key.version}-{key.key[:16]}.json"
-
-
 def server_flags(
-    python: str | Path, *, timeout: float = 300, use_cache: bool = True
+    python: str | Path, *, cache_dir: Path | None, timeout: float = 300
 ) -> ServerFlags:
     """The flags of the `launch_server` installed for ``python``: from ``--help``, else ServerArgs fields.
 
-    The parsed result is cached per install (version + hash of the files defining the
-    flags), so only the first call per install pays SGLang's import time.
+    With ``cache_dir`` (dpbench passes ``.cache/sglang-help``) the parsed result is kept
+    per install (version + hash of the files defining the flags), so only the first call
+    per install pays SGLang's import time; None reads and writes no cache.
     """
     key = install_key(python)
-    cache = _help_cache(key)
-    if use_cache and cache.is_file():
+    cache = None if cache_dir is None else cache_dir / f"{key.version}-{key.key[:16]}.json"
+    if cache is not None and cache.is_file():
         data = json.loads(cache.read_text())
         if data.get("kind") == "help":
             return parse_help(data["text"], version=key.version)
@@ -317,9 +313,11 @@ def server_flags(
             )
         result = flags_from_fields(names, version=key.version, why=why)
         payload = {"kind": "fields", "names": names, "why": why}
-    if use_cache:
-        with atomic_open(cache, "w", encoding="utf-8") as fh:
-            json.dump({**payload, "version": key.version, "key": key.key}, fh)
+    if cache is not None:  # written whole or not at all (this package imports no dpbench helper)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**payload, "version": key.version, "key": key.key}))
+        os.replace(tmp, cache)
     return result
 
 

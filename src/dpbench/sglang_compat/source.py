@@ -22,7 +22,11 @@ def sglang_installed() -> bool:
 def sglang_package_dir() -> Path:
     """The installed ``sglang`` package folder (``sglang/__init__.py`` is not run)."""
     stub = sys.modules.get("sglang")
-    if stub is not None and getattr(stub, "__spec__", None) is None and getattr(stub, "__path__", None):
+    if (
+        stub is not None
+        and getattr(stub, "__spec__", None) is None
+        and getattr(stub, "__path__", None)
+    ):
         # The kernel tier's kernel-modules-only import (sglang_compat.kernels) makes a bare
         # package module with a path and no spec; find_spec would raise ValueError on it.
         return Path(next(iter(stub.__path__)))

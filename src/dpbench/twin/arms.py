@@ -58,7 +58,7 @@ def run_arms(
 ) -> dict[str, dict[str, Any]]:
     """``run_one(index, arm)`` for every arm, ``jobs`` at once; a failed arm ends the command
     (exit 1) naming it."""
-    from dpbench.progress import console
+    from dpbench.core.progress import console
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {arm: pool.submit(run_one, i, arm) for i, arm in enumerate(arms)}

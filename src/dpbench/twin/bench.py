@@ -24,7 +24,7 @@ def saturated_rank(
     """A rank whose KV pool is ~80 % full of decoding requests with ``waiting`` prompts that do not fit."""
     import torch.distributed as dist
 
-    from dpbench.procs import free_port
+    from dpbench.core.procs import free_port
     from dpbench.sglang_compat import delayer as compat
     from dpbench.sglang_compat.adder import AdderKit
     from dpbench.sglang_compat.scheduling import (

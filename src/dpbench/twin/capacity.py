@@ -4,7 +4,7 @@ For one release (run inside its environment: ``python -m dpbench.twin.capacity J
 each (DP size, chunk size, seed) searches the offered rate as a multiple of the spec's
 (``TwinConfig.rate_scale``) for the highest one at which every request finished and at
 least ``attainment`` of them met both SLOs (``TwinConfig.slo``: TTFT and TPOT; see
-:mod:`dpbench.latency`). The search is a bisection in log-rate between ``lo`` and ``hi``:
+:mod:`dpbench.metrics.latency`). The search is a bisection in log-rate between ``lo`` and ``hi``:
 
 - ``lo`` fails: the capacity is below ``lo`` (``capacity`` None, ``bound`` "below");
 - ``hi`` holds: it is at least ``hi`` (``capacity`` = hi, ``bound`` "above");
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpbench.schema import from_dict, replace, to_dict
+from dpbench.core.schema import from_dict, replace, to_dict
 from dpbench.twin.config import TwinConfig
 
 POINT_METRICS = ("slo_attainment", "ttft_ms_p99", "tpot_ms_p99", "goodput_requests_per_s")
@@ -138,7 +138,7 @@ def capacity_release(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dpbench.atomic import write_json
+    from dpbench.core.atomic import write_json
 
     ap = argparse.ArgumentParser(prog="python -m dpbench.twin.capacity")
     ap.add_argument("job", help="a capacity job file (dpbench twin capacity writes it)")

@@ -18,14 +18,14 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from dpbench.latency import Slo
+from dpbench.metrics.latency import Slo
 from dpbench.twin.arms import ChunkOpt, DpOpt, JobsOpt, RequestsOpt, SpecArg
 from dpbench.twin.job import arm_overrides
 
 
 def _arm(arm: str, job: dict[str, Any], out: Path, timeout: float, on_progress: Any) -> dict:
-    from dpbench.atomic import write_json
-    from dpbench.schema import to_dict
+    from dpbench.core.atomic import write_json
+    from dpbench.core.schema import to_dict
     from dpbench.twin.arms import run_arm_module
     from dpbench.twin.sweep import arm_base_config
 
@@ -135,8 +135,8 @@ def capacity(
     bisection over the twin, per release over seeds, paired between releases."""
     from rich.table import Table
 
-    from dpbench.atomic import write_json
-    from dpbench.progress import console, progress
+    from dpbench.core.atomic import write_json
+    from dpbench.core.progress import console, progress
     from dpbench.twin.arms import run_arms
 
     err = console()

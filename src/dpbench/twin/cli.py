@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dpbench.schema import with_options
+from dpbench.core.schema import with_options
 from dpbench.twin.arms import ChunkOpt, DpOpt, JobsOpt, RequestsOpt, SpecArg
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 from dpbench.twin.job import arm_overrides
@@ -57,8 +57,8 @@ def _installed_sglang() -> str | None:
 
 def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_event: Any) -> None:
     """``python -m dpbench.twin.run`` in SGLang ``version``'s environment, streaming its progress events."""
+    from dpbench.core.paths import project_root
     from dpbench.envs import ensure_env
-    from dpbench.paths import project_root
 
     python = ensure_env(version).python
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -108,7 +108,7 @@ def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_eve
 def _run_here(
     spec: str, config: TwinConfig, inputs: TwinInputs, *, output: Path, on_event: Any
 ) -> None:
-    from dpbench.results import save
+    from dpbench.core.results import save
     from dpbench.twin.ranks import TwinRankError
     from dpbench.twin.run import run_job
 
@@ -170,9 +170,9 @@ def run(
 
     Every option but --sglang, --output and --plot is a field of dpbench.twin.config's
     TwinConfig or TwinInputs (the schema the job file and the run result carry)."""
-    from dpbench.progress import console, progress
-    from dpbench.results import load, save
-    from dpbench.schema import replace
+    from dpbench.core.progress import console, progress
+    from dpbench.core.results import load, save
+    from dpbench.core.schema import replace
     from dpbench.twin.job import write_job
 
     err = console()
@@ -359,8 +359,8 @@ def sweep(
     ] = False,
 ) -> None:
     """Same seeds through each arm (in-process ranks); paired differences with 95 % intervals."""
-    from dpbench.atomic import write_json
-    from dpbench.progress import console, progress
+    from dpbench.core.atomic import write_json
+    from dpbench.core.progress import console, progress
     from dpbench.twin.arms import run_arms
     from dpbench.twin.sweep import compare
 

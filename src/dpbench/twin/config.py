@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from dpbench.latency import Slo
+from dpbench.metrics.latency import Slo
 
 Dispatch = Literal["round_robin", "shortest_queue", "cache_aware"]
 DISPATCHES: tuple[str, ...] = get_args(Dispatch)
@@ -329,7 +329,7 @@ class TwinInputs:
 def make_config(**values: object) -> TwinConfig:
     """A :class:`TwinConfig` from flat option values (``dp_size=2, enable_prefill_delayer=False``,
     nested scheduler settings included): the one builder every caller uses."""
-    from dpbench.schema import SchemaError, build
+    from dpbench.core.schema import SchemaError, build
 
     try:
         return build(TwinConfig, values)

@@ -2,7 +2,7 @@
 (``VERSION[:MODE,…]``) that sweeps, fidelity and the divergence finder name settings by.
 
 The job file is ``{"spec", "inputs", "config"}`` with :class:`TwinInputs` and
-:class:`TwinConfig` as :func:`dpbench.schema.to_dict` writes them; ``python -m
+:class:`TwinConfig` as :func:`dpbench.core.schema.to_dict` writes them; ``python -m
 dpbench.twin.run JOB -o OUT`` reads it back with :func:`read_job` (an unknown key fails).
 Nothing here imports SGLang.
 """
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpbench.schema import SchemaError, from_dict, parse_overrides, replace, to_dict
+from dpbench.core.schema import SchemaError, from_dict, parse_overrides, replace, to_dict
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 
 
@@ -24,7 +24,7 @@ def job_dict(spec: str, config: TwinConfig, inputs: TwinInputs | None = None) ->
 def write_job(
     path: str | Path, spec: str, config: TwinConfig, inputs: TwinInputs | None = None
 ) -> Path:
-    from dpbench.atomic import write_json
+    from dpbench.core.atomic import write_json
 
     write_json(Path(path), job_dict(spec, config, inputs))
     return Path(path)

@@ -18,7 +18,7 @@ Definitions (simulated time unless the name says wall):
 - Delayer outcomes: the labels of SGLang's ``prefill_delayer_outcomes_total``
   (input_estimation × output_allow × output_reason × actual_execution), summed over
   ranks, one observation per rank per pass — as SGLang's collector counts them.
-- TTFT, ITL, TPOT, E2E and goodput (:mod:`dpbench.latency`, the load client's definitions):
+- TTFT, ITL, TPOT, E2E and goodput (:mod:`dpbench.metrics.latency`, the load client's definitions):
   each output token appears at the end of the step that produced it, so a request on a
   rank that extended (or waited beside an extending rank) sees that step as one long
   inter-token gap. Throughput: finished requests (output tokens) / (last finish − first
@@ -29,7 +29,7 @@ Definitions (simulated time unless the name says wall):
   p50 over all (rank, step) samples, max over all. ``kv_pool_occupied_*``: (pool − free)
   / pool, evictable entries included: what the simulated server's per-step records read
   (``total − allocator.available_size()``). With the radix cache off the two agree.
-- Rank balance (:mod:`dpbench.balance`, the server's definitions too): tokens and busy time
+- Rank balance (:mod:`dpbench.metrics.balance`, the server's definitions too): tokens and busy time
   per rank, dispatch (requests per rank) as max / mean, and the fraction of working steps
   in which a rank ran nothing while another rank had requests waiting.
 - ``scheduler_pass_us_p50``: real wall time of one rank's scheduler pass (SGLang's
@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.balance import rank_balance
-from dpbench.latency import RequestLatency, Slo, latency_metrics
-from dpbench.outcomes import delay_fractions
-from dpbench.results import Metric
+from dpbench.core.results import Metric
+from dpbench.metrics.balance import rank_balance
+from dpbench.metrics.latency import RequestLatency, Slo, latency_metrics
+from dpbench.metrics.outcomes import delay_fractions
 from dpbench.twin.ranks import RankResult
 from dpbench.twin.scheduler import KIND_DECODE, KIND_EXTEND, KIND_IDLE
 
@@ -129,7 +129,7 @@ def compute(
     loop_cpu = sum(r.loop_cpu_s for r in results)
     n_steps = results[0].steps
 
-    # TTFT, ITL, TPOT, E2E and goodput of the finished requests: dpbench.latency, as the
+    # TTFT, ITL, TPOT, E2E and goodput of the finished requests: dpbench.metrics.latency, as the
     # server's load client computes them (ITL from the steps each request got a token in)
     lat = latency_metrics(
         (
@@ -189,7 +189,7 @@ def compute(
     }
     extra: dict[str, Any] = {"step_kinds": STEP_KINDS}
     step_s = next((r.step_dur_s for r in results if r.step_dur_s is not None), None)
-    if step_s is not None:  # rank balance: dpbench.balance, the server's definitions
+    if step_s is not None:  # rank balance: dpbench.metrics.balance, the server's definitions
         waiting = [r.waiting for r in results]
         balance, extra["rank_balance"] = rank_balance(
             np.stack([r.kind != KIND_IDLE for r in results]),

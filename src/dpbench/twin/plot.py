@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dpbench.atomic import atomic_open
+from dpbench.core.atomic import atomic_open
 
 KIND_COLORS = ["#e8e8e8", "#4c78a8", "#f58518"]  # idle, decode, extend
 VERDICT_ORDER = [

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dpbench.results import Metric
+from dpbench.core.results import Metric
 from dpbench.twin.ranks import RankResult
 from dpbench.workload.importers.reuse import block_reuse
-from dpbench.workload.trace import TraceRequest
+from dpbench.workload.request import TraceRequest
 
 
 def _rate(num: int, den: int) -> float:

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dpbench.procs import die_with_parent
+from dpbench.core.procs import die_with_parent
 from dpbench.twin.config import TwinConfig
 from dpbench.twin.cost import ExecutionTimeModel, RankWork
 from dpbench.twin.scheduler import (

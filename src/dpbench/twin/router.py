@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpbench.workload.trace import TraceRequest
+from dpbench.workload.request import TraceRequest
 
 CACHE_THRESHOLD = 0.3
 BALANCE_ABS = 64

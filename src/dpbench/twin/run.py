@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.procs import free_port
-from dpbench.schema import to_dict
+from dpbench.core.procs import free_port
+from dpbench.core.schema import to_dict
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 from dpbench.twin.cost import RankWork, make_cost_model
@@ -130,9 +130,9 @@ def run_twin(
     num_requests: int | None = None,
     on_progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
-    """Run the twin once; returns a run result (``dpbench.results`` schema, tier ``twin``)."""
-    from dpbench.faults import inject_if_requested
-    from dpbench.results import make_run_result
+    """Run the twin once; returns a run result (``dpbench.core.results`` schema, tier ``twin``)."""
+    from dpbench.core.faults import inject_if_requested
+    from dpbench.core.results import make_run_result
     from dpbench.twin.prefix import prefix_hits
     from dpbench.twin.router import prefix_keys
     from dpbench.workload.models import load_model_config
@@ -357,7 +357,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dpbench.results import save
+    from dpbench.core.results import save
     from dpbench.twin.job import read_job
     from dpbench.twin.ranks import TwinRankError
 

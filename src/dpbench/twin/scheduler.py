@@ -68,7 +68,7 @@ class TrackedReq:
     # ``#cached-token``); None until admitted, 0 without the radix cache
     cached_tokens: int | None = None
     # when each output token appeared: the end of the step that produced it (the caller
-    # stamps them; dpbench.latency turns them into TTFT, ITL, TPOT, E2E)
+    # stamps them; dpbench.metrics.latency turns them into TTFT, ITL, TPOT, E2E)
     token_s: list[float] = field(default_factory=list)
 
 

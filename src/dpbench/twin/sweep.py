@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.schema import SchemaError, from_dict, replace, to_dict
+from dpbench.core.schema import SchemaError, from_dict, replace, to_dict
 from dpbench.twin.config import TwinConfig, TwinConfigError, make_config
 from dpbench.twin.stats import bimodality, multimodal, paired
 
@@ -150,7 +150,7 @@ def write_sweep_job(
     rates: list[float] | None = None,
 ) -> Path:
     """The arm process's job file: the grid and the arm's config (the schema, as JSON)."""
-    from dpbench.atomic import write_json
+    from dpbench.core.atomic import write_json
 
     values = (spec, seeds, dps, chunks, rates or [base.rate_scale], requests, to_dict(base))
     job = dict(zip(SWEEP_JOB_KEYS, values, strict=True))
@@ -182,7 +182,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dpbench.atomic import write_json
+    from dpbench.core.atomic import write_json
 
     args = parser().parse_args(argv)
 

@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpbench.progress import progress
-from dpbench.schema import with_options
+from dpbench.core.progress import progress
+from dpbench.core.schema import with_options
 from dpbench.workload import arrivals, distributions
 from dpbench.workload.importers.base import TraceImportError
 from dpbench.workload.importers.source import TraceSource
@@ -257,8 +257,9 @@ def import_(
     Mooncake's block ids become token ids such that two requests share exactly the prompt blocks
     the trace says they share. A spec can name the same source in a `trace:` block instead.
     """
-    from dpbench.workload.importers.load import file_sha256, import_trace
+    from dpbench.workload.importers.load import import_trace
     from dpbench.workload.importers.reuse import block_reuse
+    from dpbench.workload.importers.source import file_sha256
 
     with _clean_errors():
         cfg = load_model_config(model)

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpbench.paths import workloads_dir
+from dpbench.core.paths import workloads_dir
 
 
 class ModelConfigError(ValueError):

@@ -25,9 +25,9 @@ from pydantic import (
     model_validator,
 )
 
-from dpbench.paths import workloads_dir
+from dpbench.core.paths import workloads_dir
 from dpbench.workload.importers.base import TraceImportError
-from dpbench.workload.importers.source import TraceSource
+from dpbench.workload.importers.source import TraceSource, file_sha256, resolve_path
 from dpbench.workload.models import ModelConfigError, resolve_model_path
 from dpbench.workload.spec_errors import format_problems, validation_problems
 
@@ -436,8 +436,6 @@ def spec_hash(spec: WorkloadSpec) -> str:
     if spec.trace is None:
         del data["trace"]  # synthetic specs hash as they did before traces existed
     else:  # the file's content, not where it lies on this machine
-        from dpbench.workload.importers.load import file_sha256, resolve_path
-
         del data["trace"]["path"]
         data["trace"]["file_sha256"] = file_sha256(resolve_path(spec.trace))
         for key in (*SYNTHETIC_FIELDS, "shared_prefix", "sessions"):

@@ -9,7 +9,7 @@ import numpy as np
 
 from dpbench.workload.importers.base import RawTrace, TraceImportError
 from dpbench.workload.importers.source import TraceSource
-from dpbench.workload.trace import ARRIVAL_DECIMALS, TraceRequest
+from dpbench.workload.request import ARRIVAL_DECIMALS, TraceRequest
 
 
 @dataclass(frozen=True, slots=True)

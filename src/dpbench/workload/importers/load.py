@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
-from types import ModuleType
 
-from dpbench.workload.importers import azure, mooncake
-from dpbench.workload.importers.base import RawTrace, TraceFileMissing
+from dpbench.workload.importers.base import RawTrace
 from dpbench.workload.importers.fit import ImportReport, fit
-from dpbench.workload.importers.source import FORMATS, TraceSource
-from dpbench.workload.trace import TraceRequest
-
-READERS: dict[str, ModuleType] = {"mooncake": mooncake, "azure": azure}
-assert tuple(READERS) == FORMATS
-
-
-def resolve_path(source: TraceSource, base: Path | None = None) -> Path:
-    """The trace file (a relative path is taken from ``base``, a spec's folder); a missing one
-    raises :class:`TraceFileMissing` naming where the file comes from."""
-    path = Path(source.path).expanduser()
-    if not path.is_absolute() and base is not None:
-        path = base / path
-    if not path.is_file():
-        raise TraceFileMissing(
-            f"{source.format} trace file {path} is not here; get it from "
-            f"{READERS[source.format].UPSTREAM} and put it there (or point the spec's "
-            f"`trace.path` at your copy)"
-        )
-    return path.resolve()
-
+from dpbench.workload.importers.source import READERS, TraceSource, resolve_path
+from dpbench.workload.request import TraceRequest
 
 _CACHE: dict[tuple[str, str, int, int], RawTrace] = {}
 
@@ -42,10 +20,6 @@ def read_raw(fmt: str, path: Path) -> RawTrace:
         _CACHE.clear()
         _CACHE[key] = READERS[fmt].read(path)
     return _CACHE[key]
-
-
-def file_sha256(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def import_trace(

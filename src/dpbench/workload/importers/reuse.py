@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpbench.workload.trace import TraceRequest
+from dpbench.workload.request import TraceRequest
 
 
 def _block_tokens(req: TraceRequest, run: int) -> int:

@@ -9,11 +9,15 @@ every gap), the first window request's arrival taken as the window's start.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Literal
 
-from dpbench.workload.importers.base import TraceImportError
+from dpbench.workload.importers import azure, mooncake
+from dpbench.workload.importers.base import TraceFileMissing, TraceImportError
 
 FORMATS = ("mooncake", "azure")
 
@@ -115,3 +119,26 @@ class TraceSource:
         )
         cap = "" if self.max_requests is None else f", at most {self.max_requests} requests"
         return f"{self.format} trace {self.path}, {span}, ×{self.rate_scale:g} rate{cap}"
+
+
+READERS: dict[str, ModuleType] = {"mooncake": mooncake, "azure": azure}
+assert tuple(READERS) == FORMATS
+
+
+def resolve_path(source: TraceSource, base: Path | None = None) -> Path:
+    """The trace file (a relative path is taken from ``base``, a spec's folder); a missing one
+    raises :class:`TraceFileMissing` naming where the file comes from."""
+    path = Path(source.path).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    if not path.is_file():
+        raise TraceFileMissing(
+            f"{source.format} trace file {path} is not here; get it from "
+            f"{READERS[source.format].UPSTREAM} and put it there (or point the spec's "
+            f"`trace.path` at your copy)"
+        )
+    return path.resolve()
+
+
+def file_sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()

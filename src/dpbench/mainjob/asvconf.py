@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from dpbench.atomic import write_json
-from dpbench.paths import project_root
+from dpbench.core.atomic import write_json
+from dpbench.core.paths import project_root
 
 
 def asv_config_command(

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dpbench.atomic import write_json
+from dpbench.core.atomic import write_json
 
 SIDE_ENV_DIR = ".asv/env-side"
 SIDE_RESULTS_DIR = ".asv/results-side"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dpbench.results import Metric
+from dpbench.core.results import Metric
 
 PERCENTILES = (50, 90, 99)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dpbench.results import Metric
+from dpbench.core.results import Metric
 
 
 def _max_over_mean(values: np.ndarray) -> float:

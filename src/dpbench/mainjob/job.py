@@ -1,6 +1,6 @@
 """`dpbench bench` (what `make bench` runs): the CPU tiers over SGLang releases, published.
 
-Builds the release history (every known release, :mod:`dpbench.releases`), then chooses
+Builds the release history (every known release, :mod:`dpbench.mainjob.releases`), then chooses
 what to run on which commit:
 
 1. the placement tier over every selected release;
@@ -43,11 +43,12 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from dpbench import mainplan, releases
-from dpbench.paths import project_root
-from dpbench.procs import alive, descendants
+from dpbench.core.paths import project_root
+from dpbench.core.procs import alive, descendants
+from dpbench.mainjob import plan as mainplan
+from dpbench.mainjob import releases
 
-# The default plan (its steps, picks and costs) lives in dpbench.mainplan. The kernel and
+# The default plan (its steps, picks and costs) lives in dpbench.mainjob.plan. The kernel and
 # GPU-server benchmarks skip without GPUs anyway; the workload benchmarks measure dpbench
 # itself, not SGLang, so they need one commit only:
 # `asv run --config asv.releases.json -b workloads HEAD^!`; the twin on production traffic
@@ -265,12 +266,12 @@ def _default_plan(
     costs: list[mainplan.StepCost],
 ) -> None:
     """Placement over every release; then the simulated-server steps in an asv run of their
-    own (dpbench.mainside) while the twin steps run niced in the main one."""
+    own (dpbench.mainjob.side) while the twin steps run niced in the main one."""
     import threading
 
     from asv.machine import Machine
 
-    from dpbench import mainside
+    from dpbench.mainjob import side as mainside
 
     console.print("[bold]plan[/]")
     for line in mainplan.plan_lines(len(selected)):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpbench.atomic import write_json
+from dpbench.core.atomic import write_json
 
 # Which releases a step runs on, and how many the default history gives it.
 PICKS = {
@@ -34,7 +34,7 @@ class Step:
     title: str
     regex: str  # asv --bench
     picks: str  # a key of PICKS
-    side: bool = False  # in an asv run of its own beside the others (dpbench.mainside)
+    side: bool = False  # in an asv run of its own beside the others (dpbench.mainjob.side)
     alone: bool = False  # a timing: after the side run, on an otherwise idle machine
 
 

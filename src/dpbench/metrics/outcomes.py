@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dpbench.results import Metric
+from dpbench.core.results import Metric
 
 NOT_PREFILLABLE = "none"  # SGLang's input_estimation when no rank was prefillable
 

@@ -11,7 +11,7 @@ any newer release asked for (described from its wheel). The same known releases 
 give the same commit hashes, whatever a run selects to benchmark, so results stay
 attached; a new release is *appended* (add it at the end of KNOWN_RELEASES), which never
 moves an earlier commit. Which commits a run benchmarks is the main job's choice
-(:mod:`dpbench.mainjob`), not the history's.
+(:mod:`dpbench.mainjob.job`), not the history's.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from dpbench.core.paths import cache_dir
 from dpbench.envs.venv import wheel_path
-from dpbench.paths import cache_dir
 
 
 class ReleasesError(RuntimeError):

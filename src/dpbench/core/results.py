@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from dpbench.atomic import write_json
+from dpbench.core.atomic import write_json
 
 SCHEMA = "dpbench.run-result/1"
 TIERS = ("placement", "twin", "kernels", "server")

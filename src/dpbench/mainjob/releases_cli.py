@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpbench import releases
+from dpbench.mainjob import releases
 
 _VERSIONS_HELP = (
     "releases newer than the known ones to append (the history always holds every known "
