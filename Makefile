@@ -1,6 +1,6 @@
 # Two front doors: `make bench` (the main job) and `make test` (the tests).
 # Both create and reuse .venv/ themselves. SGLang itself never goes into .venv: each
-# release gets its own environment under .cache/ (see README, "Environments").
+# release gets its own environment under .cache/ (see docs/environments.md).
 
 PYTHON ?= python3.11
 VENV   := .venv
