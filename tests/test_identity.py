@@ -58,65 +58,75 @@ def test_the_placement_probe_gives_the_reference_result(version):
     _assert_same(want, run_placement(version), f"placement probe {version}")
 
 
-def _derive_server_result(measured: dict[str, Any]) -> dict[str, Any]:
-    """The run result from what the stored run measured, built by this code."""
+def _prepared(measured: dict[str, Any]) -> Any:
+    """The stored run's preparation: its options and launch as stored, its trace regenerated."""
     from dpbench.core.schema import from_dict
-    from dpbench.server import run
-    from dpbench.server.client import GenerateRequest
     from dpbench.server.config import DelayerConfig, ServerConfig
     from dpbench.server.loadgen import Schedule
+    from dpbench.server.prepare import Prepared, requests_of, trace_of
+    from dpbench.server.run import RunOptions
     from dpbench.sglang_compat.server import ServerFlags
     from dpbench.workload.models import load_model_config
     from dpbench.workload.spec import load_spec
-    from dpbench.workload.trace import generate_trace
 
-    opts = from_dict(run.RunOptions, measured["options"])
-    p, rep, ctx = measured["prepared"], measured["replay"], measured["run"]
+    opts = from_dict(RunOptions, measured["options"])
+    p = measured["prepared"]
     spec = load_spec(opts.spec)
-    vocab = load_model_config(spec.model).vocab_size
-    trace = generate_trace(spec)
-    requests = [
-        GenerateRequest(r.id, r.token_ids(vocab), r.max_new_tokens, r.ignore_eos) for r in trace
-    ]
-    assert [r.id for r in requests] == rep["request_ids"], "the spec's trace changed"
-    config = ServerConfig(**{**p["config"], "delayer": DelayerConfig(**p["config"]["delayer"])})
+    trace, trace_import = trace_of(spec)
     offsets = p["offsets_s"]
-    prep = run.Prepared(
+    return Prepared(
         options=opts,
         spec=spec,
         spec_hash=p["spec_hash"],
-        requests=requests,
+        requests=requests_of(trace, load_model_config(spec.model).vocab_size),
         schedule=Schedule(
             offsets_s=None if offsets is None else np.asarray(offsets),
             concurrency=p["concurrency"],
         ),
-        config=config,
+        config=ServerConfig(**{**p["config"], "delayer": DelayerConfig(**p["config"]["delayer"])}),
         flags=ServerFlags(**p["flags"]),
         command=p["command"],
         kv_plan=p["kv_plan"],
         notes=p["notes"],
         python=p["python"],
+        trace_import=trace_import,
     )
-    replay = run._Replay(
+
+
+def _derive_server_result(measured: dict[str, Any]) -> dict[str, Any]:
+    """The run result from what the stored run measured, built by this code."""
+    from dpbench.server.lifetime import Measured, ProcReadings
+    from dpbench.server.replay_result import Replay, RunContext, replay_result
+
+    prep = _prepared(measured)
+    rep, ctx = measured["replay"], measured["run"]
+    assert [r.id for r in prep.requests] == rep["request_ids"], "the spec's trace changed"
+    assert ctx["notes"][:-1] == prep.notes  # the run's notes: the preparation's, then the launch's
+    replay = Replay(
         index=rep["index"],
         suffix=rep["suffix"],
-        requests=requests,
-        request_func=run.routed_requests(None, config.dp_size),
-        load=load_from_json(rep["load"]),
-        t_load=rep["t_load"],
-        t_end=rep["t_end"],
-        before=snapshot_from_json(rep["before"]),
-        after=snapshot_from_json(rep["after"]),
-        pressure=rep["pressure"],
-        waited=rep["waited"],
-        waited_main=rep["waited_main"],
-        waits=rep["waits"],
-        died=rep["died"],
+        requests=prep.requests,
+        routed=rep["routed"],
+        measured=Measured(
+            load=load_from_json(rep["load"]),
+            t_load=rep["t_load"],
+            t_end=rep["t_end"],
+            before=snapshot_from_json(rep["before"]),
+            after=snapshot_from_json(rep["after"]),
+            proc=ProcReadings(rep["pressure"], rep["waited"], rep["waited_main"], rep["waits"]),
+            died=rep["died"],
+        ),
     )
-    return run._replay_result(
-        prep, replay, ctx["replays"], ctx["until"], ctx["ready_s"], Path(ctx["log"]),
-        SERVER, ctx["executor"], ctx["provenance"], ctx["notes"], wall_s=ctx["wall_s"],
-    )  # fmt: skip
+    run = RunContext(
+        replays=ctx["replays"],
+        ready_s=ctx["ready_s"],
+        log=Path(ctx["log"]),
+        run_dir=SERVER,  # its steps/ are the run's step records, copied here
+        executor=ctx["executor"],
+        provenance=ctx["provenance"],
+        launch_note=ctx["notes"][-1],
+    )
+    return replay_result(prep, replay, run, until=ctx["until"], wall_s=ctx["wall_s"])
 
 
 def test_a_stored_server_run_derives_the_same_result():

@@ -48,15 +48,14 @@ def server_options(log_dir: str) -> Any:
     )
 
 
-def _capture(args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
-    """What the run measured and knew when it built the result (the old ``_replay_result``'s
-    arguments), as JSON."""
+def _capture(prep: Any, rep: Any, run: Any, until: float | None, wall_s: float) -> dict[str, Any]:
+    """What the run measured and knew when it built the result
+    (:func:`dpbench.server.replay_result.replay_result`'s arguments), as JSON."""
     from dataclasses import asdict
 
     from dpbench.core.schema import to_dict
 
-    prep, rep, replays, until, ready_s, log, run_dir, executor, provenance, notes = args
-    offsets = prep.schedule.offsets_s
+    offsets, m = prep.schedule.offsets_s, rep.measured
     return {
         "options": to_dict(prep.options),
         "prepared": {
@@ -74,28 +73,28 @@ def _capture(args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
             "index": rep.index,
             "suffix": rep.suffix,
             "request_ids": [r.id for r in rep.requests],
-            "load": ident.load_to_json(rep.load),
-            "t_load": rep.t_load,
-            "t_end": rep.t_end,
-            "before": ident.snapshot_to_json(rep.before),
-            "after": ident.snapshot_to_json(rep.after),
-            "pressure": rep.pressure,
-            "waited": rep.waited,
-            "waited_main": rep.waited_main,
-            "waits": rep.waits,
-            "died": rep.died,
-            "routed": getattr(rep.request_func, "decisions", None),
+            "load": ident.load_to_json(m.load),
+            "t_load": m.t_load,
+            "t_end": m.t_end,
+            "before": ident.snapshot_to_json(m.before),
+            "after": ident.snapshot_to_json(m.after),
+            "pressure": m.proc.pressure,
+            "waited": m.proc.waited,
+            "waited_main": m.proc.waited_main,
+            "waits": m.proc.waits,
+            "died": m.died,
+            "routed": rep.routed,
         },
         "run": {
-            "replays": replays,
+            "replays": run.replays,
             "until": until,
-            "ready_s": ready_s,
-            "log": str(log),
-            "run_dir": str(run_dir),
-            "executor": executor,
-            "provenance": provenance,
-            "notes": notes,
-            "wall_s": kw["wall_s"],
+            "ready_s": run.ready_s,
+            "log": str(run.log),
+            "run_dir": str(run.run_dir),
+            "executor": run.executor,
+            "provenance": run.provenance,
+            "notes": [*prep.notes, run.launch_note],
+            "wall_s": wall_s,
         },
     }
 
@@ -104,14 +103,14 @@ def write_server() -> None:
     from dpbench.server import run
 
     captured: list[dict[str, Any]] = []
-    build = run._replay_result
+    build = run.replay_result
 
-    def keep(*args: Any, **kw: Any) -> dict[str, Any]:
-        result = build(*args, **kw)
-        captured.append({**_capture(args, kw), "result": result})
+    def keep(prep: Any, rep: Any, ctx: Any, *, until: float | None, wall_s: float) -> Any:
+        result = build(prep, rep, ctx, until=until, wall_s=wall_s)
+        captured.append({**_capture(prep, rep, ctx, until, wall_s), "result": result})
         return result
 
-    run._replay_result = keep
+    run.replay_result = keep
     with tempfile.TemporaryDirectory() as tmp:
         run.execute(run.prepare(server_options(tmp)))
         (got,) = captured
@@ -121,7 +120,7 @@ def write_server() -> None:
         shutil.copytree(steps, dest / "steps")
     ident.write_json(dest / "result.json", got.pop("result"))
     ident.write_json(dest / "measured.json.gz", got)
-    print(f"server: {len(captured[0]['replay']['request_ids'])} requests kept in {dest}")
+    print(f"server: {len(got['replay']['request_ids'])} requests kept in {dest}")
 
 
 if __name__ == "__main__":
