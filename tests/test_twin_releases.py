@@ -151,6 +151,44 @@ def test_killed_rank_ends_the_run_and_leaves_no_process(release_env, tmp_path):
     assert not (tmp_path / "never.json").exists()
 
 
+# Two rank processes whose scheduler cannot be built: each sends its error and exits. The
+# ranks fail before they read the trace or the cost model, so the job holds neither.
+_RAISING_RANKS = """
+import json, multiprocessing as mp, os
+from dpbench.core.procs import free_port
+from dpbench.twin.config import make_config
+from dpbench.twin.ranks import RankJob, SharedMemoryExchange, TwinRankError, run_ranks
+
+def no_kit():
+    raise RuntimeError(f"no kit in pid {os.getpid()}")
+
+job = RankJob(
+    config=make_config(dp_size=2, enable_prefill_delayer=False, deadline_s=120),
+    arrivals=None, kv_tokens=1024, cost=None, port=free_port(), make_kit=no_kit,
+    defaults=None, exchange=SharedMemoryExchange(mp.get_context("fork"), 2, 120),
+    idle_pass_s=0.001,
+)
+try:
+    run_ranks(job)
+except TwinRankError as exc:
+    print(json.dumps({"rank": exc.rank, "message": str(exc), "left": len(mp.active_children())}))
+"""
+
+
+def test_a_rank_that_raises_is_named_with_its_error(release_env):
+    """A rank's exception reaches the parent as its message and traceback; every rank is reaped."""
+    env = release_env("0.5.23")
+    proc = subprocess.run(
+        [str(env.python), "-c", _RAISING_RANKS], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["rank"] in (0, 1)
+    assert out["message"].startswith(f"rank {out['rank']} failed: RuntimeError: no kit in pid ")
+    assert "Traceback" in out["message"] and "_build_rank" in out["message"]
+    assert out["left"] == 0, "a rank process outlived the run"
+
+
 @pytest.mark.parametrize(
     "version, batch_is_full, finished_filter, skip, tracker",
     [

@@ -3,6 +3,8 @@
 Modules: ``config`` (run config → checked ``launch_server`` command), ``launcher``
 (process-group lifecycle), ``client`` (one streaming ``/generate`` request),
 ``loadgen`` (arrival schedule, concurrency, loop-lag monitor), ``stats`` (client
-metrics), ``metrics`` (Prometheus deltas), ``run`` (one whole run), ``protocol_double``
-(a protocol test double of SGLang's HTTP API for tests and client benchmarks), ``cli``.
+metrics), ``metrics`` (Prometheus deltas), ``run`` (one whole run, read top to bottom
+through ``options``, ``prepare``, ``simlaunch``, ``lifetime``, ``replay_result`` and
+``sim_steps``), ``protocol_double`` (a protocol test double of SGLang's HTTP API for tests
+and client benchmarks), ``cli``.
 """

@@ -24,6 +24,8 @@ from typing import Any
 
 from dpbench.core.atomic import write_json
 from dpbench.core.paths import cache_dir
+from dpbench.server.errors import ServerRunError
+from dpbench.sglang_compat.detect import UnsupportedSGLang
 
 _LOCATE = """
 import importlib.util, json
@@ -98,4 +100,16 @@ def read(python: str) -> dict[str, Any]:
     if kept is not None:
         kept.parent.mkdir(parents=True, exist_ok=True)
         write_json(kept, data)
+    return data
+
+
+def provenance_of(python: str) -> dict[str, Any]:
+    """``{"sglang": …, "placement": …}`` of the SGLang installed for ``python`` (raises; never
+    guesses): :func:`read`'s answer, or a one-line error a server run can show."""
+    try:
+        data = read(python)
+    except ProvenanceError as exc:
+        raise ServerRunError(str(exc)) from None
+    if "unsupported" in data:
+        raise UnsupportedSGLang(data["unsupported"])
     return data

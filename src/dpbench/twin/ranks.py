@@ -18,14 +18,17 @@ loopback port, builds the installed SGLang's real ``PrefillDelayer`` on it, and 
    or through a second gloo all-gather (:class:`GlooExchange`, ~4 ms there); both give
    identical results (checked on long-prompt-burst, 4 ranks × 2,000 requests).
 
-The parent watches the ranks: a rank that raises or dies, a hard deadline, or Ctrl-C
-ends the run with every rank process killed and joined, and a :class:`TwinRankError`
-that names the rank and the cause.
+Each rank tells the parent through its own pipe, one named message a kind: rank 0's
+:class:`Progress`, then every rank's :class:`Done` (its result) or :class:`Failed`. The
+parent watches the ranks: a rank that raises or dies, a hard deadline, or Ctrl-C ends the
+run with every rank process killed and joined, and a :class:`TwinRankError` that names the
+rank and the cause.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import multiprocessing as mp
 import os
 import signal
@@ -39,12 +42,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dpbench.core.procs import die_with_parent
+from dpbench.sglang_compat.delayer import DelayerSettings, RecordingCollector, build_delayer
 from dpbench.twin.config import TwinConfig
 from dpbench.twin.cost import ExecutionTimeModel, RankWork
+from dpbench.twin.router import CacheAwareRouter
 from dpbench.twin.scheduler import (
     KIND_EXTEND,
     KIND_IDLE,
     KIND_NAMES,
+    Completed,
     PassPlan,
     RankScheduler,
     TrackedReq,
@@ -146,6 +152,7 @@ class GlooExchange:
         self._gathered = None
 
     def all_gather(self, rank: int, row: Sequence[int], group: Any) -> list[list[int]]:
+        # torch: seconds to import; only a rank process on this exchange needs it
         import torch
         import torch.distributed as dist
 
@@ -218,35 +225,65 @@ class RankResult:
     prompt_tokens: list[int] | None = None
 
 
+class Progress(NamedTuple):
+    """Rank 0's progress: requests finished on all ranks, steps run, simulated seconds."""
+
+    rank: int
+    finished: int
+    steps: int
+    sim_s: float
+
+
+class Done(NamedTuple):
+    """A rank's result; the rank then leaves its gloo group and exits."""
+
+    rank: int
+    result: RankResult
+
+
+class Failed(NamedTuple):
+    """A rank's error: type, message and traceback; the rank then exits with status 1."""
+
+    rank: int
+    error: str
+
+
+RankMessage = Progress | Done | Failed
+
+
 def _rank_main(rank: int, job: RankJob, conn: Connection, parent_pid: int) -> None:
+    """A rank process: join the gloo group, run the lockstep loop, send one Done or one Failed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and reaps us
     die_with_parent()
     if os.getppid() != parent_pid:
         os._exit(3)
     try:
-        import torch
-        import torch.distributed as dist
-
-        torch.set_num_threads(1)
-        import datetime
-
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{job.port}",
-            rank=rank,
-            world_size=job.config.dp_size,
-            timeout=datetime.timedelta(seconds=max(job.config.deadline_s, 30.0)),
-        )
-        result = lockstep(rank, job, dist.group.WORLD, progress=conn if rank == 0 else None)
-        conn.send(("result", rank, result))
-        dist.destroy_process_group()
+        _run_in_group(rank, job, conn)
     except BaseException as exc:
         with contextlib.suppress(Exception):
-            conn.send(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            conn.send(Failed(rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         conn.close()
         os._exit(1)
     conn.close()
     os._exit(0)
+
+
+def _run_in_group(rank: int, job: RankJob, conn: Connection) -> None:
+    # torch: seconds to import; the parent and the modules that only read results never need it
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{job.port}",
+        rank=rank,
+        world_size=job.config.dp_size,
+        timeout=datetime.timedelta(seconds=max(job.config.deadline_s, 30.0)),
+    )
+    result = lockstep(rank, job, dist.group.WORLD, progress=conn if rank == 0 else None)
+    conn.send(Done(rank, result))
+    dist.destroy_process_group()
 
 
 class Dispatcher:
@@ -266,8 +303,6 @@ class Dispatcher:
         if policy == "cache_aware" and arrivals.rank is None:
             if arrivals.prefix_keys is None:
                 raise ValueError("cache-aware dispatch needs the prompts' prefix keys")
-            from dpbench.twin.router import CacheAwareRouter
-
             self.router = CacheAwareRouter(dp_size)
 
     @property
@@ -397,8 +432,6 @@ class StallDetector:
 
 def _build_rank(rank: int, job: RankJob, group: Any) -> RankScheduler:
     """The rank's scheduler with SGLang's real delayer on ``group`` (when the delayer is on)."""
-    from dpbench.sglang_compat.delayer import DelayerSettings, RecordingCollector, build_delayer
-
     s = job.config.scheduler
     collector = None
     delayer = None
@@ -471,41 +504,52 @@ def lockstep(
         done = sched.complete(plan)
         finished_local += len(done.finished)
         retractions += plan.retracted
-        row = StepRow(
-            kind=plan.kind,
-            num_reqs=len(plan.batch),
-            new_tokens=plan.new_tokens,
-            context_tokens=plan.context_tokens,
-            attn_pairs=plan.attn_pairs,
-            load=sched.load,
-            has_work=int(sched.has_work),
-            kv_used=sched.kv_used,
-            finished=finished_local,
-        )
-        rows = [StepRow(*r) for r in job.exchange.all_gather(rank, row, group)]
-        dur = (
-            job.idle_pass_s
-            if all(r.kind == KIND_IDLE for r in rows)
-            else job.cost.step_time([r.work() for r in rows])
-        )
+        rows, dur = _exchange(rank, job, group, plan, sched, finished_local)
         clock += dur  # the one place simulated time moves; stamps come after it
-        for t in done.first_token:
-            t.first_token_s = clock
-        for t in done.finished:
-            t.finish_s = clock
-        for t in done.emitted:
-            t.token_s.append(clock)
+        _stamp(done, clock)
         dispatch.observe(rows)
         any_work = any(r.has_work for r in rows)
         records.add(plan, sched.kv_used, sched.kv_pool_occupied, pass_us, clock, dur)
         stall.check(rows, any_work, dispatch.exhausted, rank, sched)
         if progress is not None and len(records) % 256 == 0:
-            progress.send(("progress", rank, sum(r.finished for r in rows), len(records), clock))
+            progress.send(Progress(rank, sum(r.finished for r in rows), len(records), clock))
     loop_wall = time.perf_counter() - t_loop
     loop_cpu = time.thread_time() - cpu_loop
     if progress is not None:
-        progress.send(("progress", rank, len(job.arrivals), len(records), clock))
+        progress.send(Progress(rank, len(job.arrivals), len(records), clock))
     return _result(rank, sched, records, served, retractions, loop_wall, loop_cpu)
+
+
+def _exchange(
+    rank: int, job: RankJob, group: Any, plan: PassPlan, sched: RankScheduler, finished: int
+) -> tuple[list[StepRow], float]:
+    """All-gather what every rank ran this step; the step's duration from the cost model (the
+    same on every rank: they all see the same rows)."""
+    row = StepRow(
+        kind=plan.kind,
+        num_reqs=len(plan.batch),
+        new_tokens=plan.new_tokens,
+        context_tokens=plan.context_tokens,
+        attn_pairs=plan.attn_pairs,
+        load=sched.load,
+        has_work=int(sched.has_work),
+        kv_used=sched.kv_used,
+        finished=finished,
+    )
+    rows = [StepRow(*r) for r in job.exchange.all_gather(rank, row, group)]
+    if all(r.kind == KIND_IDLE for r in rows):
+        return rows, job.idle_pass_s
+    return rows, job.cost.step_time([r.work() for r in rows])
+
+
+def _stamp(done: Completed, clock: float) -> None:
+    """Stamp this step's first tokens, finishes and emitted tokens with the advanced clock."""
+    for t in done.first_token:
+        t.first_token_s = clock
+    for t in done.finished:
+        t.finish_s = clock
+    for t in done.emitted:
+        t.token_s.append(clock)
 
 
 def _result(
@@ -568,73 +612,120 @@ ProgressFn = Callable[[int, int, float], None]  # finished requests, steps, simu
 
 def run_ranks(job: RankJob, *, on_progress: ProgressFn | None = None) -> list[RankResult]:
     """Fork ``dp_size`` rank processes, wait for their results, and reap them whatever happens."""
-    n = job.config.dp_size
-    ctx = mp.get_context("fork")
-    procs: list[Any] = []
-    conns: list[Connection] = []
-    results: dict[int, RankResult] = {}
-    deadline = time.monotonic() + job.config.deadline_s
-    parent_pid = os.getpid()
+    ranks = _RankProcesses(job, on_progress)
     try:
-        for rank in range(n):
+        ranks.start()
+        return ranks.results_in_order()
+    finally:
+        ranks.reap()
+
+
+class _RankProcesses:
+    """The parent's side of the rank processes: start them, read their messages, name a failure.
+
+    Every message goes through :meth:`_drain` and :meth:`_take`, whether it is read while the
+    ranks run or after one exited; a failure is named in one place (:meth:`_raise_failure`)."""
+
+    def __init__(self, job: RankJob, on_progress: ProgressFn | None) -> None:
+        self.job = job
+        self.n = job.config.dp_size
+        self.on_progress = on_progress
+        self.procs: list[Any] = []
+        self.conns: list[Connection] = []
+        self.open: dict[Connection, int] = {}  # pipes not yet closed by their rank → rank
+        self.results: dict[int, RankResult] = {}
+        self.errors: dict[int, str] = {}  # in the order they arrived
+        self.deadline = time.monotonic() + job.config.deadline_s
+
+    def start(self) -> None:
+        ctx = mp.get_context("fork")
+        parent_pid = os.getpid()
+        for rank in range(self.n):
             recv, send = ctx.Pipe(duplex=False)
             p = ctx.Process(
                 target=_rank_main,
-                args=(rank, job, send, parent_pid),
+                args=(rank, self.job, send, parent_pid),
                 name=f"dpbench-twin-rank{rank}",
             )
             p.daemon = True
             p.start()
             send.close()
-            procs.append(p)
-            conns.append(recv)
-        open_conns = {c: r for r, c in enumerate(conns)}
-        while len(results) < n:
-            remaining = deadline - time.monotonic()
+            self.procs.append(p)
+            self.conns.append(recv)
+            self.open[recv] = rank
+
+    def results_in_order(self) -> list[RankResult]:
+        """Wait for every rank's result; raise :class:`TwinRankError` at the first failure."""
+        while len(self.results) < self.n:
+            remaining = self.deadline - time.monotonic()
             if remaining <= 0:
-                alive = [r for r, p in enumerate(procs) if p.is_alive() and r not in results]
+                alive = [
+                    r for r, p in enumerate(self.procs) if p.is_alive() and r not in self.results
+                ]
                 raise TwinRankError(
-                    f"deadline of {job.config.deadline_s:g} s passed; ranks {alive} were still running",
+                    f"deadline of {self.job.config.deadline_s:g} s passed; ranks {alive} were still running",
                     rank=alive[0] if alive else None,
                 )
-            ready = wait(
-                list(open_conns) + [p.sentinel for r, p in enumerate(procs) if r not in results],
-                timeout=min(remaining, 1.0),
-            )
-            for obj in ready:
-                if obj in open_conns:
-                    rank = open_conns[obj]
-                    try:
-                        msg = obj.recv()
-                    except EOFError:
-                        del open_conns[obj]
-                        continue
-                    if msg[0] == "progress" and on_progress is not None:
-                        on_progress(msg[2], msg[3], msg[4])
-                    elif msg[0] == "result":
-                        results[rank] = msg[2]
-                    elif msg[0] == "error":
-                        _raise_first_failure(procs, open_conns, first=(rank, msg[2]))
-            for rank, p in enumerate(procs):
-                if rank not in results and p.exitcode is not None:
-                    # drain a result or error it may have sent just before exiting
-                    for c, r in list(open_conns.items()):
-                        if r == rank and c.poll():
-                            try:
-                                msg = c.recv()
-                            except (EOFError, OSError):  # it died without a word: closed pipe
-                                del open_conns[c]
-                                continue
-                            if msg[0] == "result":
-                                results[rank] = msg[2]
-                            elif msg[0] == "error":
-                                _raise_first_failure(procs, open_conns, first=(rank, msg[2]))
-                    if rank not in results:
-                        _raise_first_failure(procs, open_conns, first=None)
-        return [results[r] for r in range(n)]
-    finally:
-        reap(procs)
-        for c in conns:
+            pending = [p.sentinel for r, p in enumerate(self.procs) if r not in self.results]
+            for ready in wait([*self.open, *pending], timeout=min(remaining, 1.0)):
+                if ready in self.open:
+                    self._drain(ready)
+            if self.errors:
+                self._raise_failure()
+            for rank, p in enumerate(self.procs):
+                if rank not in self.results and p.exitcode is not None:
+                    # it may have sent its result (or error) just before exiting
+                    for conn in [c for c, r in self.open.items() if r == rank]:
+                        self._drain(conn)
+                    if rank not in self.results:
+                        self._raise_failure()
+        return [self.results[r] for r in range(self.n)]
+
+    def _drain(self, conn: Connection) -> None:
+        """Take every message waiting on ``conn``; a closed pipe is forgotten."""
+        try:
+            while conn.poll():
+                self._take(conn.recv())
+        except (EOFError, OSError):  # the rank closed it (exited), maybe without a word
+            del self.open[conn]
+
+    def _take(self, msg: RankMessage) -> None:
+        if isinstance(msg, Progress):
+            if self.on_progress is not None:
+                self.on_progress(msg.finished, msg.steps, msg.sim_s)
+        elif isinstance(msg, Done):
+            self.results[msg.rank] = msg.result
+        else:
+            self.errors.setdefault(msg.rank, msg.error)
+
+    def _raise_failure(self) -> None:
+        """Name the root cause: a rank killed by a signal beats the ranks whose collective then
+        broke; else the first error that arrived (or the lowest rank's); else an exit."""
+        first = next(iter(self.errors), None)  # the error that stopped the run, if one did
+        time.sleep(0.3)  # let the other ranks report or exit
+        self.on_progress = None
+        for conn in list(self.open):
+            self._drain(conn)
+        for r, p in enumerate(self.procs):
+            if p.exitcode is not None and p.exitcode < 0:
+                raise TwinRankError(
+                    f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} (the run was stopped)",
+                    rank=r,
+                )
+        if self.errors:
+            r = min(self.errors) if first is None else first
+            raise TwinRankError(f"rank {r} failed: {self.errors[r].strip()}", rank=r)
+        for r, p in enumerate(self.procs):
+            if p.exitcode is not None:
+                raise TwinRankError(
+                    f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} without reporting a result",
+                    rank=r,
+                )
+        raise TwinRankError("a rank stopped without a result or an error")
+
+    def reap(self) -> None:
+        reap(self.procs)
+        for c in self.conns:
             c.close()
 
 
@@ -647,39 +738,6 @@ def _exit_cause(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with status {code}"
-
-
-def _raise_first_failure(
-    procs: Sequence[Any], open_conns: dict[Connection, int], first: tuple[int, str] | None
-) -> None:
-    """Name the root cause: a rank killed by a signal beats the ranks whose collective then broke."""
-    time.sleep(0.3)  # let the other ranks report or exit
-    errors: dict[int, str] = {}
-    if first is not None:
-        errors[first[0]] = first[1]
-    for c, r in list(open_conns.items()):
-        try:
-            while c.poll():
-                msg = c.recv()
-                if msg[0] == "error":
-                    errors.setdefault(r, msg[2])
-        except (EOFError, OSError):
-            pass
-    for r, p in enumerate(procs):
-        if p.exitcode is not None and p.exitcode < 0:
-            raise TwinRankError(
-                f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} (the run was stopped)", rank=r
-            )
-    if errors:
-        r = min(errors) if first is None else first[0]
-        raise TwinRankError(f"rank {r} failed: {errors[r].strip()}", rank=r)
-    for r, p in enumerate(procs):
-        if p.exitcode is not None:
-            raise TwinRankError(
-                f"rank {r} (pid {p.pid}) {_exit_cause(p.exitcode)} without reporting a result",
-                rank=r,
-            )
-    raise TwinRankError("a rank stopped without a result or an error")
 
 
 def reap(procs: Sequence[Any], grace_s: float = 2.0) -> None:

@@ -34,6 +34,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from dpbench.twin.ranks import Progress, TwinRankError, lockstep
+
 RANK_MODES = ("threads", "processes")
 
 
@@ -174,16 +176,13 @@ class _Progress:
     def __init__(self, on_progress: Any) -> None:
         self._fn = on_progress
 
-    def send(self, msg: tuple[Any, ...]) -> None:
+    def send(self, msg: Progress) -> None:
         if self._fn is not None:
-            _, _, done, steps, sim = msg
-            self._fn(done, steps, sim)
+            self._fn(msg.finished, msg.steps, msg.sim_s)
 
 
 def run_rank_threads(job: Any, *, on_progress: Any = None) -> list[Any]:
     """Run ``dp_size`` ranks as threads of this process, taking turns; results in rank order."""
-    from dpbench.twin.ranks import TwinRankError, lockstep
-
     n = job.config.dp_size
     if not isinstance(job.exchange, BatonExchange):
         raise ValueError(f"thread ranks need a BatonExchange, got {type(job.exchange).__name__}")
@@ -211,7 +210,16 @@ def run_rank_threads(job: Any, *, on_progress: Any = None) -> list[Any]:
         threading.Thread(target=main, args=(r,), name=f"dpbench-twin-rank{r}", daemon=True)
         for r in range(n)
     ]
-    deadline = time.monotonic() + job.config.deadline_s
+    _join_by_deadline(threads, baton, job.config.deadline_s, results)
+    return _in_order(results, errors, baton, n)
+
+
+def _join_by_deadline(
+    threads: list[threading.Thread], baton: Baton, deadline_s: float, results: dict[int, Any]
+) -> None:
+    """Start the rank threads and join them; past the deadline or on Ctrl-C abort the baton
+    (every rank stops at its next turn) and join them before raising."""
+    deadline = time.monotonic() + deadline_s
     try:
         for t in threads:
             t.start()
@@ -222,9 +230,9 @@ def run_rank_threads(job: Any, *, on_progress: Any = None) -> list[Any]:
                     baton.abort("deadline")
                     for u in threads:
                         u.join(timeout=10)
-                    running = [r for r in range(n) if r not in results]
+                    running = [r for r in range(len(threads)) if r not in results]
                     raise TwinRankError(
-                        f"deadline of {job.config.deadline_s:g} s passed; ranks {running} were still running",
+                        f"deadline of {deadline_s:g} s passed; ranks {running} were still running",
                         rank=running[0] if running else None,
                     )
                 t.join(timeout=min(left, 0.5))
@@ -233,6 +241,10 @@ def run_rank_threads(job: Any, *, on_progress: Any = None) -> list[Any]:
         for t in threads:
             t.join(timeout=10)
         raise
+
+
+def _in_order(results: dict[int, Any], errors: dict[int, str], baton: Baton, n: int) -> list[Any]:
+    """The ranks' results in rank order, or the error that names what went wrong."""
     if errors:
         r = min(errors)
         raise TwinRankError(f"rank {r} failed: {errors[r].strip()}", rank=r)

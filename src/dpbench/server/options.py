@@ -1,0 +1,186 @@
+"""What a user chooses for one server run on top of the workload spec, and its checks.
+
+:class:`RunOptions` is a schema (:mod:`dpbench.core.schema`): `dpbench server run` and
+`launch` build their command-line options from its fields, asv's benchmarks set them, and
+every run result records them (``extra.run_options``). Options that contradict each other
+fail at construction with :class:`~dpbench.server.errors.RunOptionsError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from dpbench.server.errors import RunOptionsError
+from dpbench.server.stats import Slo
+
+# round_robin: SGLang's DP controller; cache_aware: the load client routes (SGLang's router)
+ServerDispatch = Literal["round_robin", "cache_aware"]
+DISPATCHES: tuple[str, ...] = get_args(ServerDispatch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What a user chooses on top of the workload spec: the schema `dpbench server run` and
+    `launch` build their options from (dpbench.core.schema), asv's benchmarks set, and a run's
+    result records."""
+
+    spec: str = field(
+        metadata={"help": "workload name (e.g. long-prompt-burst) or spec path", "argument": True}
+    )
+    tp_size: int = field(
+        default=8, metadata={"help": "tensor-parallel size (GPUs, all nodes)", "flag": "--tp"}
+    )
+    dp_size: int | None = field(
+        default=None,
+        metadata={"help": "attention-DP size (None: the spec's dp_size)", "flag": "--dp"},
+    )
+    model_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "real checkpoint dir; None: the spec's config with dummy weights",
+            "flag": "--model",
+        },
+    )
+    delayer: bool = field(
+        default=True,
+        metadata={"help": "enable SGLang's PrefillDelayer", "flag": "--delayer/--no-delayer"},
+    )
+    delayer_max_delay_passes: int | None = field(
+        default=None,
+        metadata={
+            "help": "--prefill-delayer-max-delay-passes (None: SGLang's default)",
+            "flag": "--prefill-delayer-max-delay-passes",
+        },
+    )
+    delayer_token_usage_low_watermark: float | None = field(
+        default=None,
+        metadata={
+            "help": "--prefill-delayer-token-usage-low-watermark (None: SGLang's default)",
+            "flag": "--prefill-delayer-token-usage-low-watermark",
+        },
+    )
+    chunked_prefill_size: int | None = field(
+        default=None,
+        metadata={"help": "global --chunked-prefill-size (None: SGLang's default, not recorded)"},
+    )
+    attention_backend: str | None = field(
+        default=None, metadata={"help": "--attention-backend (None: SGLang's choice)"}
+    )
+    mem_fraction_static: float | None = field(
+        default=None, metadata={"help": "--mem-fraction-static (None: SGLang's default)"}
+    )
+    max_running_requests: int | None = field(
+        default=None, metadata={"help": "--max-running-requests (None: SGLang's default)"}
+    )
+    use_kv_plan: bool = field(
+        default=True,
+        metadata={
+            "help": "size the KV pool (--max-total-tokens) by the workload planner",
+            "flag": "--kv-plan/--no-kv-plan",
+        },
+    )
+    nnodes: int = field(default=1, metadata={"help": "nodes of a multi-node server"})
+    node_rank: int = field(default=0, metadata={"help": "this node's rank (multi-node)"})
+    dist_init_addr: str | None = field(
+        default=None, metadata={"help": "node-0 host:port for multi-node"}
+    )
+    python: str | None = field(
+        default=None, metadata={"help": "interpreter with SGLang installed (None: this one)"}
+    )
+    port: int | None = field(default=None, metadata={"help": "server port (None: a free one)"})
+    startup_deadline_s: float = field(
+        default=1200.0, metadata={"help": "seconds the server may take to become ready"}
+    )
+    client_read_timeout_s: float = field(
+        default=6 * 60 * 60.0,
+        metadata={
+            "help": "seconds a request may wait for its next byte before the client gives up "
+            "(and the server aborts it); bench_serving's 6 h by default: at 600 s a run of "
+            "long-prompt-burst at DP 2 lost a quarter of its requests"
+        },
+    )
+    max_requests: int | None = field(
+        default=None, metadata={"help": "replay only the first N requests"}
+    )
+    slo: Slo = field(default_factory=Slo, metadata={"prefix": "slo_"})
+    log_dir: str | None = field(
+        default=None,
+        metadata={"help": "server logs and step records (None: results/server-logs)"},
+    )
+    extra_args: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "extra launch_server flag (repeatable), checked against its --help",
+            "flag": "--sglang-arg",
+        },
+    )
+    check_gpus: bool = field(
+        default=True,
+        metadata={"help": "check the GPUs before a GPU run", "cli": False},
+    )
+    simulate_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "CPU: SGLang's real server with the model forward simulated by the twin's "
+            "cost model (tp = dp, one scheduler per DP rank); results are marked executor: "
+            "simulated",
+            "flag": "--simulate-forward",
+        },
+    )
+    time_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "simulated forward times and arrival gaps are multiplied by this (0 < s ≤ 100)"
+        },
+    )
+    serial_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "simulated forward: sleep on the scheduler's thread instead of queueing on "
+            "the virtual device, so every step also pays the scheduler's CPU work (no overlap)",
+            "flag": "--serial-forward",
+        },
+    )
+    sglang: str | None = field(
+        default=None,
+        metadata={
+            "help": "run from this SGLang release's environment (built on first use)",
+            "flag": "--sglang",
+        },
+    )
+    dispatch: ServerDispatch = field(
+        default="round_robin",
+        metadata={
+            "help": "how requests reach the DP ranks: round_robin (SGLang's DP controller, its "
+            "default) or cache_aware (the load client routes as SGLang's router does, longest "
+            "cached prefix unless loads are imbalanced, and sends each request's rank as "
+            "routed_dp_rank)"
+        },
+    )
+    calibration: str | None = field(
+        default=None, metadata={"help": "kernel calibration file for the cost model"}
+    )
+    step_records_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "simulated forward: where every rank writes its step records (multi-node: "
+            "a directory all nodes share); None: <log>/steps"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.sglang and self.python:
+            raise RunOptionsError("give --sglang VERSION or --python, not both")
+        if not 0 < self.time_scale <= 100:
+            raise RunOptionsError(f"time_scale must be in (0, 100], got {self.time_scale}")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise RunOptionsError(f"max_requests must be ≥ 1, got {self.max_requests}")
+        if not self.client_read_timeout_s > 0:
+            raise RunOptionsError(
+                f"client_read_timeout_s must be > 0, got {self.client_read_timeout_s}"
+            )
+        if self.serial_forward and not self.simulate_forward:
+            raise RunOptionsError("--serial-forward needs --simulate-forward")
+        if self.dispatch not in DISPATCHES:
+            raise RunOptionsError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
