@@ -215,3 +215,15 @@ def test_every_server_option_reaches_its_schema_through_the_cli(command, cls, op
     if command == "fidelity":
         want = replace(want, release="0.5.23")  # --sglang's default
     assert got == want and got != (base if command == "run" else replace(base, release="0.5.23"))
+
+
+def test_schema_options_show_their_choices_and_metavars():
+    from dpbench.core.cli_help import choices
+    from dpbench.core.schema import _typer_param
+
+    dispatch = next(o for o in options(TwinConfig) if o.name == "dispatch")
+    info = _typer_param(dispatch).annotation.__metadata__[0]
+    assert info.metavar == choices(dispatch.choices) == "{round_robin|shortest_queue|cache_aware}"
+    assert "one of" not in info.help  # the metavar lists them
+    arrivals = next(o for o in options(TwinConfig) if o.name == "replay_arrivals")
+    assert _typer_param(arrivals).annotation.__metadata__[0].metavar == "FILE"

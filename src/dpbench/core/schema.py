@@ -7,6 +7,8 @@ command line (all optional):
 - ``help``: the option's help text;
 - ``flag``: the option's declaration if not ``--field-name`` (``"--dp"``, or
   ``"--delayer/--no-delayer"`` for a boolean with both spellings);
+- ``metavar``: what its value is called in help (default: the choices, or
+  :mod:`dpbench.core.cli_help`'s rule for its name and type);
 - ``cli: False``: not on the command line (set by the command itself);
 - ``prefix``: on a nested schema field, what goes before its fields' names.
 
@@ -48,6 +50,7 @@ class Option:
     flag: str | None
     cli: bool
     argument: bool = False  # a positional typer Argument rather than an option
+    metavar: str | None = None  # what help calls its value
 
     @property
     def decls(self) -> list[str]:
@@ -110,6 +113,7 @@ def options(cls: type, *, _path: tuple[str, ...] = (), _prefix: str = "") -> lis
                 flag=f.metadata.get("flag"),
                 cli=f.metadata.get("cli", True),
                 argument=f.metadata.get("argument", False),
+                metavar=f.metadata.get("metavar"),
             )
         )
     names = [o.name for o in out]
@@ -240,6 +244,8 @@ def parse_overrides(cls: type, settings: list[str] | tuple[str, ...]) -> dict[st
 def _typer_param(opt: Option) -> inspect.Parameter:
     import typer
 
+    from dpbench.core.cli_help import choices
+
     hint: Any
     if opt.base is tuple:
         hint = list[str] | None
@@ -248,21 +254,18 @@ def _typer_param(opt: Option) -> inspect.Parameter:
     else:
         hint = opt.base
     text = opt.help
-    if opt.choices is not None:
-        text = (
-            f"{text} (one of: {', '.join(opt.choices)})"
-            if text
-            else f"one of: {', '.join(opt.choices)}"
-        )
+    metavar = opt.metavar or (choices(opt.choices) if opt.choices is not None else None)
     default = list(opt.default) if opt.base is tuple else opt.default
     if opt.argument:
         return inspect.Parameter(
             opt.name,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            annotation=Annotated[hint, typer.Argument(help=text)],
+            annotation=Annotated[hint, typer.Argument(help=text, metavar=metavar)],
             **({} if default is dataclasses.MISSING else {"default": default}),
         )
-    info = typer.Option(*opt.decls, help=text, show_default=opt.default is not None)
+    info = typer.Option(
+        *opt.decls, help=text, metavar=metavar, show_default=opt.default is not None
+    )
     return inspect.Parameter(
         opt.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, info]
     )

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpbench.core.cli_help import Typer, choices
 from dpbench.core.progress import progress
 from dpbench.core.schema import with_options
 from dpbench.workload import arrivals, distributions
@@ -46,17 +47,17 @@ from dpbench.workload.trace import (
     write_trace,
 )
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="Workload specs (YAML), deterministic request traces (JSONL) and the KV planner.",
-    no_args_is_help=True,
+app = Typer(
+    help="Workload specs, request traces and the KV planner.\n\n"
+    "Specs are YAML files; traces are JSONL, the same bytes for the same spec and seed."
 )
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 NameArg = Annotated[
-    str, typer.Argument(help="a shipped spec name (see `list`) or a path to a YAML spec")
+    str,
+    typer.Argument(metavar="SPEC", help="a shipped spec name (see `list`) or a YAML spec's path"),
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="seed (default: the spec's)")]
 
@@ -107,7 +108,7 @@ def _print_import(spec: WorkloadSpec, seed: int | None, reqs: list) -> None:
 
 @app.command("list")
 def list_specs() -> None:
-    """The shipped specs (workloads/*.yaml)."""
+    """List the shipped specs (workloads/*.yaml)."""
     table = Table(title="workload specs (workloads/*.yaml)", title_justify="left")
     table.add_column("name", no_wrap=True)
     for col in ("requests", "arrival", "target KV", "DP", "model"):
@@ -133,7 +134,9 @@ def list_specs() -> None:
 
 @app.command()
 def show(name: NameArg, seed: SeedOpt = None) -> None:
-    """A spec, a summary of the trace it generates, and its KV plan at the spec's DP size."""
+    """Show a spec, its trace's summary and its KV plan.
+
+    The KV plan is at the spec's DP size; `plan` shows its arithmetic."""
     with _clean_errors():
         spec = load_spec(name)
         cols, reqs = _generate(spec, seed)
@@ -208,7 +211,8 @@ def _print_summary(s) -> None:
 def gen(
     name: NameArg,
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="JSONL file to write (atomically)")
+        Path,
+        typer.Option("-o", "--output", metavar="FILE", help="JSONL file to write (atomically)"),
     ],
     seed: SeedOpt = None,
     num_requests: Annotated[
@@ -218,7 +222,7 @@ def gen(
         bool, typer.Option("--token-ids", help="also write each prompt's input_ids")
     ] = False,
 ) -> None:
-    """Generate the spec's trace as JSONL (same spec + seed → byte-identical file)."""
+    """Write a spec's trace as JSONL (same seed, same bytes)."""
     with _clean_errors():
         spec = load_spec(name)
         if num_requests is not None:
@@ -242,7 +246,8 @@ def gen(
 def import_(
     source: TraceSource,
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="JSONL trace to write (atomically)")
+        Path,
+        typer.Option("-o", "--output", metavar="FILE", help="JSONL trace to write (atomically)"),
     ],
     window: Annotated[
         int, typer.Option("--window", min=0, help="which window (0 = the first)")
@@ -251,11 +256,12 @@ def import_(
         str, typer.Option("--model", help="model config name or path: its context limits prompts")
     ] = "deepseek-v3",
 ) -> None:
-    """Import a production trace (Mooncake JSONL, Azure CSV) as the suite's JSONL trace: one
-    window, rate-scaled, capped, prompts fitted to the model; same inputs → byte-identical file.
+    """Import a Mooncake or Azure trace as a JSONL trace.
 
-    Mooncake's block ids become token ids such that two requests share exactly the prompt blocks
-    the trace says they share. A spec can name the same source in a `trace:` block instead.
+    It takes one window of the trace, rate-scaled and capped, with prompts fitted to the
+    model. The same inputs give the same bytes. Mooncake's block ids become token ids, so two
+    requests share exactly the prompt blocks the trace says they share. A spec can name the
+    same source in a `trace:` block instead.
     """
     from dpbench.workload.importers.load import import_trace
     from dpbench.workload.importers.reuse import block_reuse
@@ -368,7 +374,9 @@ def plan(
     dispatch: Annotated[
         str | None,
         typer.Option(
-            "--dispatch", help=f"one of {', '.join(DISPATCH_POLICIES)} (default: the spec's)"
+            "--dispatch",
+            metavar=choices(DISPATCH_POLICIES),
+            help="how requests reach the ranks (default: the spec's)",
         ),
     ] = None,
     model: Annotated[
@@ -383,17 +391,23 @@ def plan(
     kv_dtype: Annotated[
         str | None,
         typer.Option(
-            "--kv-dtype", help=f"one of {', '.join(KV_DTYPE_BYTES)} (default: the spec's)"
+            "--kv-dtype",
+            metavar=choices(KV_DTYPE_BYTES),
+            help="KV cache type (default: the spec's)",
         ),
     ] = None,
     seed: SeedOpt = None,
     trace: Annotated[
         Path | None,
-        typer.Option("--trace", help="plan an existing JSONL trace instead of generating one"),
+        typer.Option(
+            "--trace", metavar="FILE", help="plan an existing JSONL trace instead of generating one"
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
-    """Peak KV demand per DP rank and the --max-total-tokens that puts it at the target."""
+    """Size the KV pool from each DP rank's peak KV demand.
+
+    It prints the --max-total-tokens that puts the busiest rank's peak at the target."""
     if dispatch is not None and dispatch not in DISPATCH_POLICIES:
         raise typer.BadParameter(
             f"found {dispatch!r}; allowed: {', '.join(DISPATCH_POLICIES)}", param_hint="--dispatch"
