@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -33,6 +34,24 @@ from typing import Annotated, Any, Literal
 
 class SchemaError(ValueError):
     """A value or key that the schema does not have or cannot take."""
+
+
+class InputError(ValueError):
+    """Bad input whose message names inputs by field, so each caller can say them its own way.
+
+    ``template`` writes an input as ``{field_name}``; ``str()`` spells it as :attr:`SPELLING`
+    says (a spec's key, for instance), :meth:`spelled` as the caller says (a command's flag:
+    :func:`cli_names`). Braces around anything but a known field stay as they are."""
+
+    SPELLING: Mapping[str, str] = {}
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        super().__init__(self.spelled({}))
+
+    def spelled(self, names: Mapping[str, str]) -> str:
+        known = {**self.SPELLING, **names}
+        return re.sub(r"\{(\w+)\}", lambda m: known.get(m[1], m[0]), self.template)
 
 
 @dataclass(frozen=True)
@@ -271,6 +290,15 @@ def _typer_param(opt: Option) -> inspect.Parameter:
     )
 
 
+def cli_names(cls: type) -> dict[str, str]:
+    """``{field: how the command line names it}``: an option's flag (``--rate-scale``), an
+    argument's metavar (``PATH``)."""
+    return {
+        o.name: (o.metavar or o.name.upper()) if o.argument else o.decls[0].split("/")[0]
+        for o in options(cls)
+    }
+
+
 def with_options(
     cls: type, *, param: str = "config", exclude: tuple[str, ...] = (), error: type = SchemaError
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -295,7 +323,8 @@ def with_options(
             try:
                 built = build(cls, values)
             except (SchemaError, error) as exc:
-                raise typer.BadParameter(str(exc)) from None
+                text = exc.spelled(cli_names(cls)) if isinstance(exc, InputError) else str(exc)
+                raise typer.BadParameter(text) from None
             return fn(**kwargs, **{param: built})
 
         command.__name__ = fn.__name__

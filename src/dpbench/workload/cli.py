@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -14,9 +15,9 @@ from rich.table import Table
 
 from dpbench.core.cli_help import Typer, choices
 from dpbench.core.progress import progress
-from dpbench.core.schema import with_options
+from dpbench.core.schema import InputError, cli_names, with_options
 from dpbench.workload import arrivals, distributions
-from dpbench.workload.importers.base import TraceImportError
+from dpbench.workload.importers.base import SPEC_NAMES, TraceImportError
 from dpbench.workload.importers.source import TraceSource
 from dpbench.workload.models import ModelConfigError, load_model_config
 from dpbench.workload.planner import (
@@ -60,16 +61,27 @@ NameArg = Annotated[
     typer.Argument(metavar="SPEC", help="a shipped spec name (see `list`) or a YAML spec's path"),
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="seed (default: the spec's)")]
+# `workload import`'s names for the import's inputs: its flags, and PATH
+IMPORT_NAMES = {**cli_names(TraceSource), "window": "--window"}
 
 
 @contextmanager
-def _clean_errors():
-    """Turn expected input errors into one red line and exit status 2 (no traceback)."""
+def _clean_errors(names: Mapping[str, str] | None = None):
+    """Turn expected input errors into one red line and exit status 2 (no traceback); an
+    input named in the message is spelled as ``names`` says (default: as a spec says)."""
     try:
         yield
     except (WorkloadSpecError, ModelConfigError, TraceFormatError, TraceImportError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        text = exc.spelled(names or {}) if isinstance(exc, InputError) else str(exc)
+        err.print(f"[red]error:[/red] {text}")
         raise typer.Exit(2) from None
+
+
+def _warn(report, window: str = SPEC_NAMES["window"]) -> None:
+    """The import's warning (a window cut short by the trace's end) on stderr, one line."""
+    line = report.warning(window)
+    if line:
+        err.print(f"[yellow]warning:[/yellow] {line}")
 
 
 def _requests(spec: WorkloadSpec, seed: int | None, bar, task) -> tuple[TraceColumns, list]:
@@ -95,6 +107,7 @@ def _print_import(spec: WorkloadSpec, seed: int | None, reqs: list) -> None:
 
     assert spec.trace is not None
     _, report = import_spec_trace(spec, seed)
+    _warn(report)
     out.print(f"  source           {spec.trace.describe()}")
     for line in report.lines():
         out.print(f"                   {line}")
@@ -233,6 +246,10 @@ def gen(
             cols, reqs = _requests(spec, seed, bar, task)
             wtask = bar.add_task(f"writing {output.name}", total=len(reqs))
             write_trace(reqs, output, vocab_size=vocab, on_progress=lambda k: bar.advance(wtask, k))
+        if spec.trace is not None:
+            from dpbench.workload.trace import import_spec_trace
+
+            _warn(import_spec_trace(spec, seed)[1])
     digest = hashlib.sha256(output.read_bytes()).hexdigest()
     s = summarize(cols)
     out.print(f"wrote {len(reqs):,} requests to {output} (sha256 {digest})")
@@ -267,7 +284,7 @@ def import_(
     from dpbench.workload.importers.reuse import block_reuse
     from dpbench.workload.importers.source import file_sha256
 
-    with _clean_errors():
+    with _clean_errors(IMPORT_NAMES):
         cfg = load_model_config(model)
         with progress(transient=True) as bar:
             bar.add_task(f"importing {source.path}", total=None)
@@ -275,6 +292,7 @@ def import_(
                 source, window=window, context_len=cfg.max_position_embeddings or None
             )
         write_trace(reqs, output)
+    _warn(report, IMPORT_NAMES["window"])
     digest = hashlib.sha256(output.read_bytes()).hexdigest()
     out.print(f"wrote {len(reqs):,} requests to {output} (sha256 {digest})")
     out.print(f"  from {source.describe()} ({file_sha256(Path(report.path))})")
