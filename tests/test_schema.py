@@ -215,3 +215,52 @@ def test_every_server_option_reaches_its_schema_through_the_cli(command, cls, op
     if command == "fidelity":
         want = replace(want, release="0.5.23")  # --sglang's default
     assert got == want and got != (base if command == "run" else replace(base, release="0.5.23"))
+
+
+def test_an_input_error_names_fields_as_each_caller_spells_them():
+    import typing
+
+    from dpbench.core.schema import InputError
+
+    class Bad(InputError):
+        SPELLING: typing.ClassVar = {"rate": "spec.rate", "window": "seed"}
+
+    exc = Bad("{rate} is 0 in {window} {1}; allowed: {rate} > 0 ({unknown} stays)")
+    assert str(exc) == "spec.rate is 0 in seed {1}; allowed: spec.rate > 0 ({unknown} stays)"
+    assert exc.spelled({"rate": "--rate", "window": "--window"}) == (
+        "--rate is 0 in --window {1}; allowed: --rate > 0 ({unknown} stays)"
+    )
+
+
+def test_cli_names_are_the_flags_and_arguments_typed():
+    from dpbench.core.schema import cli_names
+    from dpbench.workload.importers.source import TraceSource
+
+    names = cli_names(TraceSource)
+    assert names["format"] == "FORMAT" and names["path"] == "PATH"
+    assert names["rate_scale"] == "--rate-scale" and names["window_start_s"] == "--window-start-s"
+    assert cli_names(TwinConfig)["enable_prefill_delayer"] == "--delayer"  # not --delayer/--no-…
+
+
+def test_a_field_error_from_the_cli_names_the_flag():
+    from typer.testing import CliRunner
+
+    from dpbench.workload.cli import app
+
+    res = CliRunner().invoke(app, ["import", "mooncake", "x.jsonl", "-o", "o", "--window-s", "-1"])
+    assert res.exit_code == 2
+    assert res.output.splitlines()[-1] == (
+        "Error: Invalid value: --window-s is -1.0; allowed: a number > 0, or unset"
+    )
+
+
+def test_schema_options_show_their_choices_and_metavars():
+    from dpbench.core.cli_help import choices
+    from dpbench.core.schema import _typer_param
+
+    dispatch = next(o for o in options(TwinConfig) if o.name == "dispatch")
+    info = _typer_param(dispatch).annotation.__metadata__[0]
+    assert info.metavar == choices(dispatch.choices) == "{round_robin|shortest_queue|cache_aware}"
+    assert "one of" not in info.help  # the metavar lists them
+    arrivals = next(o for o in options(TwinConfig) if o.name == "replay_arrivals")
+    assert _typer_param(arrivals).annotation.__metadata__[0].metavar == "FILE"

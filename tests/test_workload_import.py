@@ -229,14 +229,23 @@ def test_the_shipped_mooncake_spec_reads_the_shared_trace():
     assert reqs and all(r.blocks for r in reqs)
 
 
-def test_a_missing_trace_file_names_where_to_get_it(tmp_path):
+def test_a_missing_trace_file_names_the_spec_field_and_where_to_get_a_published_one(tmp_path):
     from dpbench.workload.spec import load_spec
     from dpbench.workload.trace import generate_trace
 
     spec = load_spec(_spec(tmp_path, "{format: mooncake, path: nowhere.jsonl}"))
+    with pytest.raises(TraceFileMissing) as exc:
+        generate_trace(spec)
+    assert str(exc.value) == (
+        f"trace.path {tmp_path / 'nowhere.jsonl'}: no such file; allowed: an existing mooncake "
+        "trace file"
+    )  # no upstream file named: nowhere.jsonl is not one
+    spec = load_spec(_spec(tmp_path, "{format: mooncake, path: t/conversation_trace.jsonl}"))
     with pytest.raises(
         TraceFileMissing,
-        match=r"nowhere\.jsonl is not here; get it from github\.com/kvcache-ai/Mooncake",
+        match=r"^trace\.path .*/t/conversation_trace\.jsonl: no such file; allowed: an existing "
+        r"mooncake trace file; get it from github\.com/kvcache-ai/Mooncake, "
+        r"FAST25-release/traces/conversation_trace\.jsonl \(Apache-2\.0\)$",
     ):
         generate_trace(spec)
 
@@ -282,7 +291,7 @@ def test_a_bad_mooncake_line_is_named(case, tmp_path):
 BAD_AZURE = {
     "header": (
         "when,in,out\n2023-11-16 18:15:46.6805900,374,44\n",
-        r":1: header \['when', 'in', 'out'\]; allowed: TIMESTAMP,ContextTokens,GeneratedTokens",
+        r":1: header 'when,in,out'; allowed: TIMESTAMP,ContextTokens,GeneratedTokens",
     ),
     "stamp": (
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\nyesterday,374,44\n",
@@ -313,20 +322,60 @@ def test_a_bad_azure_line_is_named(case, tmp_path):
     assert str(path) in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_bad_sources_and_windows_are_named():
+def test_bad_sources_and_windows_are_named_as_a_spec_names_them():
     with pytest.raises(
-        TraceImportError, match=r"trace format 'sharegpt' is unknown; allowed: mooncake, azure"
+        TraceImportError, match=r"^trace\.format is 'sharegpt'; allowed: mooncake, azure$"
     ):
         TraceSource("sharegpt", "x")
-    with pytest.raises(TraceImportError, match=r"rate_scale is 0; allowed: a number > 0"):
+    with pytest.raises(TraceImportError, match=r"^trace\.rate_scale is 0; allowed: a number > 0$"):
         _mooncake(rate_scale=0)
     with pytest.raises(
         TraceImportError,
-        match=r"window 100 starts at 30000 s but the trace's last request arrives at 3537 s; allowed windows: 0..11",
+        match=rf"^seed 100 starts at 30000 s, past the end of {MOONCAKE.resolve()} \(its last request "
+        r"arrives at 3537 s\); allowed: seed 0 to 11$",
     ):
         import_trace(_mooncake(window_s=300.0), window=100)
-    with pytest.raises(TraceImportError, match=r"window 1 \(the seed\) needs trace window_s"):
+    with pytest.raises(
+        TraceImportError,
+        match=r"^seed is 1, but without trace\.window_s the trace is one window; allowed: seed 0",
+    ):
         import_trace(_mooncake(), window=1)
+
+
+def test_an_empty_trace_file_says_what_a_file_needs(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    for fmt, want in (
+        ("azure", "an Azure trace CSV, first line TIMESTAMP,ContextTokens,GeneratedTokens"),
+        ("mooncake", "a Mooncake trace, one JSON object a line"),
+    ):
+        with pytest.raises(TraceImportError) as exc:
+            import_trace(TraceSource(fmt, str(empty)))
+        assert str(exc.value) == f"{empty}: empty file; allowed: {want}"
+    header = tmp_path / "header.csv"
+    header.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    with pytest.raises(TraceImportError, match=r"a header and no requests; allowed: one or more"):
+        import_trace(TraceSource("azure", str(header)))
+
+
+def test_a_window_past_the_traces_end_is_recorded_and_warned():
+    """Azure's trace ends at 3501.72 s: a 100 s window from 3478.8 s holds 22.9 s of it."""
+    reqs, report = import_trace(_azure(window_start_s=3478.8, window_s=100.0))
+    assert report.trace_end_s == pytest.approx(3501.72, abs=0.01)
+    assert report.cut_short_s == pytest.approx(3578.8 - report.trace_end_s)
+    assert report.as_dict()["cut_short_s"] == report.cut_short_s
+    assert report.warning("--window") == (
+        f"--window 0 (3478.8–3578.8 s) runs past the trace's end at 3501.72 s: {len(reqs)} "
+        "requests from 22.9 s of a 100 s window"
+    )
+    assert "cut short: the trace ends at 3501.72 s, 77.1 s before the window does" in (
+        report.lines()
+    )
+    inside = import_trace(_azure(window_s=100.0), window=34)[1]  # 3400–3500 s: within the trace
+    assert inside.cut_short_s == 0.0 and inside.warning() is None
+    assert not any("cut short" in line for line in inside.lines())
+    whole = import_trace(_azure())[1]  # to the trace's end: never cut short
+    assert whole.cut_short_s == 0.0 and whole.warning() is None
 
 
 def test_the_cli_writes_nothing_on_bad_input(tmp_path):
@@ -386,3 +435,71 @@ def test_the_trace_benchmarks_skip_naming_the_missing_file(tmp_path, monkeypatch
     cache = TwinProductionTrace().setup_cache()  # skips before any SGLang is needed
     with pytest.raises(NotImplementedError, match=want):
         TwinProductionTrace().setup(cache, 4, "round_robin")
+
+
+# -- `dpbench workload import`: each bad input in one line, named by the flag typed --------
+
+
+def _import_cli(*args: str):
+    from typer.testing import CliRunner
+
+    from dpbench.workload.cli import app
+
+    return CliRunner().invoke(app, ["import", *args], env={"COLUMNS": "200"})
+
+
+def _err_lines(result) -> list[str]:
+    return [ln for ln in result.stderr.splitlines() if ln.strip()]
+
+
+def test_import_names_the_argument_or_flag_that_was_wrong(tmp_path):
+    out = str(tmp_path / "out.jsonl")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    missing = tmp_path / "nope.jsonl"
+    cases = [
+        (
+            ["azure", str(empty)],
+            f"error: {empty}: empty file; allowed: an Azure trace CSV, first line "
+            "TIMESTAMP,ContextTokens,GeneratedTokens",
+        ),
+        (
+            ["mooncake", str(missing)],
+            f"error: PATH {missing}: no such file; allowed: an existing mooncake trace file",
+        ),
+        (
+            ["mooncake", str(MOONCAKE), "--window-start-s", "1e9"],
+            f"error: --window-start-s 1e+09 is past the end of {MOONCAKE.resolve()} (its last request "
+            "arrives at 3537 s); allowed: 0 to 3537",
+        ),
+        (
+            ["mooncake", str(MOONCAKE), "--window-s", "100", "--window", "36"],
+            f"error: --window 36 starts at 3600 s, past the end of {MOONCAKE.resolve()} (its last "
+            "request arrives at 3537 s); allowed: --window 0 to 35",
+        ),
+    ]
+    for args, want in cases:
+        result = _import_cli(*args, "-o", out)
+        assert result.exit_code == 2, result.output
+        assert _err_lines(result) == [want]
+    result = _import_cli("mooncake", str(MOONCAKE), "--rate-scale", "0", "-o", out)
+    assert result.exit_code == 2
+    assert (
+        _err_lines(result)[-1] == "Error: Invalid value: --rate-scale is 0.0; allowed: a number > 0"
+    )
+    assert not Path(out).exists()
+
+
+def test_import_warns_in_one_line_when_the_trace_ends_inside_the_window(tmp_path):
+    out = tmp_path / "out.jsonl"
+    args = ["azure", str(AZURE), "--window-start-s", "3478.8", "--window-s", "100", "-o", str(out)]
+    result = _import_cli(*args)
+    assert result.exit_code == 0, result.output
+    n = len(load_trace(out))
+    assert _err_lines(result) == [
+        f"warning: --window 0 (3478.8–3578.8 s) runs past the trace's end at 3501.72 s: {n} "
+        "requests from 22.9 s of a 100 s window"
+    ]
+    assert "cut short: the trace ends at 3501.72 s, 77.1 s before the window does" in result.stdout
+    result = _import_cli("azure", str(AZURE), "--window-s", "100", "-o", str(out))
+    assert result.exit_code == 0 and not _err_lines(result)  # window 0 lies inside the trace

@@ -7,6 +7,8 @@ command line (all optional):
 - ``help``: the option's help text;
 - ``flag``: the option's declaration if not ``--field-name`` (``"--dp"``, or
   ``"--delayer/--no-delayer"`` for a boolean with both spellings);
+- ``metavar``: what its value is called in help (default: the choices, or
+  :mod:`dpbench.core.cli_help`'s rule for its name and type);
 - ``cli: False``: not on the command line (set by the command itself);
 - ``prefix``: on a nested schema field, what goes before its fields' names.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -31,6 +34,24 @@ from typing import Annotated, Any, Literal
 
 class SchemaError(ValueError):
     """A value or key that the schema does not have or cannot take."""
+
+
+class InputError(ValueError):
+    """Bad input whose message names inputs by field, so each caller can say them its own way.
+
+    ``template`` writes an input as ``{field_name}``; ``str()`` spells it as :attr:`SPELLING`
+    says (a spec's key, for instance), :meth:`spelled` as the caller says (a command's flag:
+    :func:`cli_names`). Braces around anything but a known field stay as they are."""
+
+    SPELLING: Mapping[str, str] = {}
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        super().__init__(self.spelled({}))
+
+    def spelled(self, names: Mapping[str, str]) -> str:
+        known = {**self.SPELLING, **names}
+        return re.sub(r"\{(\w+)\}", lambda m: known.get(m[1], m[0]), self.template)
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,7 @@ class Option:
     flag: str | None
     cli: bool
     argument: bool = False  # a positional typer Argument rather than an option
+    metavar: str | None = None  # what help calls its value
 
     @property
     def decls(self) -> list[str]:
@@ -110,6 +132,7 @@ def options(cls: type, *, _path: tuple[str, ...] = (), _prefix: str = "") -> lis
                 flag=f.metadata.get("flag"),
                 cli=f.metadata.get("cli", True),
                 argument=f.metadata.get("argument", False),
+                metavar=f.metadata.get("metavar"),
             )
         )
     names = [o.name for o in out]
@@ -240,6 +263,8 @@ def parse_overrides(cls: type, settings: list[str] | tuple[str, ...]) -> dict[st
 def _typer_param(opt: Option) -> inspect.Parameter:
     import typer
 
+    from dpbench.core.cli_help import choices
+
     hint: Any
     if opt.base is tuple:
         hint = list[str] | None
@@ -248,24 +273,30 @@ def _typer_param(opt: Option) -> inspect.Parameter:
     else:
         hint = opt.base
     text = opt.help
-    if opt.choices is not None:
-        text = (
-            f"{text} (one of: {', '.join(opt.choices)})"
-            if text
-            else f"one of: {', '.join(opt.choices)}"
-        )
+    metavar = opt.metavar or (choices(opt.choices) if opt.choices is not None else None)
     default = list(opt.default) if opt.base is tuple else opt.default
     if opt.argument:
         return inspect.Parameter(
             opt.name,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            annotation=Annotated[hint, typer.Argument(help=text)],
+            annotation=Annotated[hint, typer.Argument(help=text, metavar=metavar)],
             **({} if default is dataclasses.MISSING else {"default": default}),
         )
-    info = typer.Option(*opt.decls, help=text, show_default=opt.default is not None)
+    info = typer.Option(
+        *opt.decls, help=text, metavar=metavar, show_default=opt.default is not None
+    )
     return inspect.Parameter(
         opt.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, info]
     )
+
+
+def cli_names(cls: type) -> dict[str, str]:
+    """``{field: how the command line names it}``: an option's flag (``--rate-scale``), an
+    argument's metavar (``PATH``)."""
+    return {
+        o.name: (o.metavar or o.name.upper()) if o.argument else o.decls[0].split("/")[0]
+        for o in options(cls)
+    }
 
 
 def with_options(
@@ -292,7 +323,8 @@ def with_options(
             try:
                 built = build(cls, values)
             except (SchemaError, error) as exc:
-                raise typer.BadParameter(str(exc)) from None
+                text = exc.spelled(cli_names(cls)) if isinstance(exc, InputError) else str(exc)
+                raise typer.BadParameter(text) from None
             return fn(**kwargs, **{param: built})
 
         command.__name__ = fn.__name__

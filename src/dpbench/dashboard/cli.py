@@ -12,28 +12,37 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from dpbench.core.cli_help import Typer
 from dpbench.core.paths import project_root
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="The published dashboard: per-commit placement history and commit comparison.",
-    no_args_is_help=True,
+app = Typer(
+    help="Build and serve the results dashboard.\n\n"
+    "It shows each commit's placement and metrics, and compares two commits."
 )
 console = Console(stderr=True)
 
 
 @app.command("build")
 def build_command(
-    results: Path = typer.Option(None, "--results", help="results directory (default: results/)"),
-    out: Path = typer.Option(None, "-o", "--out", help="site directory (default: dashboard/site)"),
+    results: Path = typer.Option(
+        None, "--results", metavar="DIR", help="results directory (default: results/)"
+    ),
+    out: Path = typer.Option(
+        None, "-o", "--out", metavar="OUT", help="site directory (default: dashboard/site)"
+    ),
     history_repo: Path = typer.Option(
-        None, "--history", help="git history the commits are from (default: the release history)"
+        None,
+        "--history",
+        metavar="REPO",
+        help="git history the commits are from (default: the release history)",
     ),
     asv_html: Path = typer.Option(
-        None, "--asv-html", help="asv's published site (default: <out>/../html)"
+        None, "--asv-html", metavar="DIR", help="asv's published site (default: OUT/../html)"
     ),
 ) -> None:
-    """Build the static site (opens from file://, no server needed) and print its index path."""
+    """Build the static site and print its index path.
+
+    The site opens from file://; it needs no server."""
     from dpbench.dashboard.build import build_report, build_site
 
     root = project_root()
@@ -66,11 +75,15 @@ class _V6Server(http.server.ThreadingHTTPServer):
 
 @app.command("serve")
 def serve_command(
-    site: Path = typer.Option(None, "--site", help="built site (default: dashboard/site)"),
+    site: Path = typer.Option(
+        None, "--site", metavar="DIR", help="built site (default: dashboard/site)"
+    ),
     port: int = typer.Option(8765, help="TCP port (0 picks a free one)"),
     host: str = typer.Option("127.0.0.1", help="loopback address to bind (127.0.0.1 or ::1)"),
 ) -> None:
-    """Serve the built site on loopback only (the site also opens from file:// directly)."""
+    """Serve the built site on loopback only.
+
+    The site also opens from file:// directly."""
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:

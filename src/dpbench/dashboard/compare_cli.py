@@ -200,15 +200,21 @@ def print_summary(console: Console, model: dict, ia: int, ib: int, machine: str 
 
 def compare_command(
     a: str = typer.Argument(
-        ..., help="commit A: hash prefix, tag (v0.5.16) or release version (0.5.16)"
+        ...,
+        metavar="COMMIT_A",
+        help="commit A: hash prefix, tag (v0.5.16) or release version (0.5.16)",
     ),
-    b: str = typer.Argument(..., help="commit B, named the same ways"),
-    results: Path = typer.Option(None, help="results directory (default: the checkout's results/)"),
+    b: str = typer.Argument(..., metavar="COMMIT_B", help="commit B, named the same ways"),
+    results: Path = typer.Option(
+        None, metavar="DIR", help="results directory (default: the checkout's results/)"
+    ),
     config: Path = typer.Option(
-        None, help="asv config for asv's table (default: asv.releases.json)"
+        None, metavar="FILE", help="asv config for asv's table (default: asv.releases.json)"
     ),
-    history_repo: Path = typer.Option(None, "--history", help="git history the commits are from"),
-    machine: str = typer.Option(None, help="only this machine"),
+    history_repo: Path = typer.Option(
+        None, "--history", metavar="REPO", help="git history the commits are from"
+    ),
+    machine: str = typer.Option(None, metavar="NAME", help="only this machine"),
     asv: bool = typer.Option(
         False, "--asv/--no-asv", help="also print asv's own `asv compare` table"
     ),
@@ -223,14 +229,16 @@ def compare_command(
         5.0,
         "--fail-above",
         min=0.0,
+        metavar="PERCENT",
         help="exit 1 when a metric is worse (outside noise) by at least this many %; "
         "a worsening from 0 always counts",
     ),
     fail: bool = typer.Option(True, "--fail/--no-fail", help="--no-fail: always exit 0"),
 ) -> None:
-    """Compare two commits: the deciding metrics per tier and scenario, then every change, most
-    significant first. Exit 0: no regression of --fail-above % or more; 1: at least one; 2: bad
-    arguments."""
+    """Compare two commits, most significant change first.
+
+    It shows the deciding metrics per tier and scenario, then every change. Exit 0: no
+    regression of --fail-above % or more; 1: at least one; 2: bad arguments."""
     root = project_root()
     results = results or root / "results"
     config = config or root / "asv.releases.json"

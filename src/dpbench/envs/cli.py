@@ -9,20 +9,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpbench.core.cli_help import Typer
 from dpbench.core.paths import cache_dir
 from dpbench.envs.venv import EnvError, ensure_env, env_path
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="Per-release SGLang environments (SGLang --no-deps + CPU pins + shared torch).",
-    no_args_is_help=True,
+app = Typer(
+    help="Build and list per-release SGLang environments.\n\n"
+    "Each holds one SGLang release (installed --no-deps), CPU pins and a shared torch."
 )
 console = Console(stderr=True)
 
 
 @app.command("create")
 def create(
-    versions: list[str] = typer.Argument(..., help="SGLang versions, e.g. 0.5.16 0.5.23"),
+    versions: list[str] = typer.Argument(
+        ..., metavar="VERSIONS", help="SGLang versions, e.g. 0.5.16 0.5.23"
+    ),
     server: bool = typer.Option(
         False, "--server", help="also add the simulated-forward server tier's extras"
     ),
@@ -30,7 +32,9 @@ def create(
         2, "--jobs", "-j", min=1, help="environments built at once (pip is CPU-bound)"
     ),
 ) -> None:
-    """Build (or reuse) the environment of each version, ``--jobs`` at a time."""
+    """Build (or reuse) each version's environment.
+
+    It builds --jobs environments at once."""
     from concurrent.futures import ThreadPoolExecutor
 
     from dpbench.envs.venv import ensure_server_env
@@ -58,7 +62,7 @@ def create(
 
 @app.command("list")
 def list_envs() -> None:
-    """The environments built so far, with what they pin."""
+    """List the environments built so far and their pins."""
     table = Table()
     for col in ("sglang", "path", "transformers pin"):
         table.add_column(col)
@@ -71,6 +75,8 @@ def list_envs() -> None:
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(ctx: typer.Context, version: str = typer.Argument(..., help="SGLang version")) -> None:
-    """Run a command with that environment's python: `dpbench env run 0.5.23 -- -m pip show sglang`."""
+    """Run a command with a release environment's python.
+
+    For example: dpbench env run 0.5.23 -- -m pip show sglang"""
     env = ensure_env(version)
     raise typer.Exit(subprocess.call([str(env.python), *ctx.args]))

@@ -28,18 +28,20 @@ from typing import Annotated, Any
 
 import typer
 
+from dpbench.core.cli_help import Typer, choices
 from dpbench.core.progress import console, interactive, progress
+from dpbench.kernels.cases import SWEEPS
 from dpbench.sglang_compat.source import sglang_installed
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="Time SGLang's Triton MLA attention (decode, extend, mixed) and write the twin's calibration.",
-    no_args_is_help=True,
+app = Typer(
+    help="Time SGLang's Triton MLA kernels; write a calibration.\n\n"
+    "It times decode, extend and mixed attention; the twin's cost model reads the file.",
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
-SWEEP_HELP = "full | quick | check | tiny (tiny: for Triton's interpreter on a CPU)"
+SWEEP_HELP = "which cases (tiny: for Triton's interpreter on a CPU)"
+KERNELS_IMPORT = ("auto", "package", "kernel-modules-only")
 
 
 def _enable_interpreter() -> None:
@@ -193,12 +195,14 @@ def _run(
 @app.command()
 def run(
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="calibration JSON to write")
+        Path, typer.Option("-o", "--output", metavar="FILE", help="calibration JSON to write")
     ] = Path("calib.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="the quick sweep (same as --sweep quick)")
     ] = False,
-    sweep_name: Annotated[str, typer.Option("--sweep", help=SWEEP_HELP)] = "full",
+    sweep_name: Annotated[
+        str, typer.Option("--sweep", metavar=choices(SWEEPS), help=SWEEP_HELP)
+    ] = "full",
     interpreter: Annotated[
         bool,
         typer.Option(
@@ -212,7 +216,8 @@ def run(
     dtype: Annotated[
         str,
         typer.Option(
-            help="bfloat16 (GPU); float32 under the interpreter, whose bf16 is wrong on CPUs"
+            metavar="DTYPE",
+            help="bfloat16 (GPU); float32 under the interpreter, whose bf16 is wrong on CPUs",
         ),
     ] = "",
     seed: int = 0,
@@ -222,13 +227,21 @@ def run(
         float, typer.Option(help="stop starting new cases after this many seconds (0: none)")
     ] = 0.0,
     kernels_import: Annotated[
-        str, typer.Option(help="auto | package | kernel-modules-only")
+        str,
+        typer.Option(
+            metavar=choices(KERNELS_IMPORT), help="import SGLang's package or its kernel modules"
+        ),
     ] = "auto",
     sglang_wheel: Annotated[
-        Path | None, typer.Option(help="SGLang .whl to import from when SGLang is not installed")
+        Path | None,
+        typer.Option(
+            metavar="WHEEL", help="SGLang .whl to import from when SGLang is not installed"
+        ),
     ] = None,
 ) -> None:
-    """Check every case against the reference, time it, and write the calibration file."""
+    """Check and time every case; write the calibration file.
+
+    Each case is checked against a reference before it is timed."""
     from dpbench.kernels.cases import SWEEPS
 
     if sglang_wheel is not None and not sglang_installed():
@@ -236,7 +249,9 @@ def run(
 
     name = "quick" if quick else sweep_name
     if name not in SWEEPS:
-        raise typer.BadParameter(f"--sweep must be one of {SWEEPS}, got {name!r}")
+        raise typer.BadParameter(
+            f"--sweep is {name!r}; allowed: {', '.join(SWEEPS)}", param_hint="--sweep"
+        )
     dt = dtype or ("float32" if interpreter else "bfloat16")
     calib, outcome = _run(
         name,
@@ -269,7 +284,8 @@ def check(
     sglang_wheel: Annotated[
         Path | None,
         typer.Option(
-            help="SGLang .whl to import from (its Python files unzipped into a temp folder) when SGLang is not installed"
+            metavar="WHEEL",
+            help="SGLang .whl to import from (its Python files unzipped into a temp folder) when SGLang is not installed",
         ),
     ] = None,
     budget_s: Annotated[
@@ -278,7 +294,10 @@ def check(
     attn_tp_size: int = 1,
     seed: int = 0,
 ) -> None:
-    """The single-GPU check: correctness of every case, a reduced timing sweep, calibration + log, a table last."""
+    """The single-GPU check: correctness, timing, calibration.
+
+    It checks every case, times a reduced sweep, writes the calibration and a log, and prints
+    a table last."""
     t0 = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
@@ -392,15 +411,21 @@ PLATFORMS = (
 def wheels(
     dest: Annotated[
         Path,
-        typer.Option(help="folder to fill (ignored by git; name it in the device run's carry)"),
+        typer.Option(
+            metavar="DIR", help="folder to fill (ignored by git; name it in the device run's carry)"
+        ),
     ] = Path(".whl/kernels"),
     sglang: Annotated[
         list[str] | None,
         typer.Option(help="SGLang release(s) whose wheel to bring (default: 0.5.23 0.5.16)"),
     ] = None,
-    python_version: Annotated[str, typer.Option(help="the GPU machine's Python")] = "3.12",
+    python_version: Annotated[
+        str, typer.Option(metavar="X.Y", help="the GPU machine's Python")
+    ] = "3.12",
 ) -> None:
-    """Download (where a registry is reachable) the wheels `check` needs on a machine without one."""
+    """Download the wheels `check` needs on an offline machine.
+
+    Run it where a package registry is reachable, then carry the folder."""
     import subprocess
 
     sglang = sglang or ["0.5.23", "0.5.16"]
@@ -434,7 +459,7 @@ def wheels(
 
 @app.command()
 def show(
-    path: Path,
+    path: Annotated[Path, typer.Argument(metavar="FILE", help="a calibration JSON file")],
     allow_interpreter: Annotated[
         bool, typer.Option(help="also show interpreter-mode (CPU) files")
     ] = False,

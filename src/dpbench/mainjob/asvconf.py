@@ -11,12 +11,22 @@ from dpbench.core.paths import project_root
 
 
 def asv_config_command(
-    repo: str = typer.Option(..., help="SGLang repository: a local clone's path or a URL"),
-    out: Path = typer.Option(Path("asv.local.json"), "-o", "--out", help="config file to write"),
-    base: Path = typer.Option(None, help="config to start from (default: asv.conf.json)"),
-    branch: list[str] = typer.Option(None, help="branches to follow (default: the base's)"),
+    repo: str = typer.Option(
+        ..., metavar="REPO", help="SGLang repository: a local clone's path or a URL"
+    ),
+    out: Path = typer.Option(
+        Path("asv.local.json"), "-o", "--out", metavar="FILE", help="config file to write"
+    ),
+    base: Path = typer.Option(
+        None, metavar="FILE", help="config to start from (default: asv.conf.json)"
+    ),
+    branch: list[str] = typer.Option(
+        None, metavar="BRANCH", help="branches to follow (default: the base's)"
+    ),
 ) -> None:
-    """Write an asv config over another SGLang repository, e.g. a local clone on a GPU runner."""
+    """Write an asv config for another SGLang repository.
+
+    For example a local clone on a GPU runner."""
     from asv.util import load_json  # asv's loader accepts the // comments our configs carry
 
     base = base or project_root() / "asv.conf.json"

@@ -419,14 +419,12 @@ _VERSIONS_HELP = (
 
 
 def bench_command(
-    versions: list[str] = typer.Argument(
-        None,
-        help=_VERSIONS_HELP,
-    ),
+    versions: list[str] = typer.Argument(None, metavar="VERSIONS", help=_VERSIONS_HELP),
     bench: str = typer.Option(
         None,
         "--bench",
         "-b",
+        metavar="REGEX",
         help="asv benchmark regex run over every selected release, instead of the default plan "
         "(placement everywhere; the twin on the first early, last early, first post-kv and newest; "
         "the simulated server on the last early, first post-kv and newest)",
@@ -434,13 +432,17 @@ def bench_command(
     rerun: bool = typer.Option(False, help="re-run benchmarks that already have results"),
     config: Path = typer.Option(
         None,
+        metavar="FILE",
         help="asv config (default: asv.releases.json); its 'repo' is where the history is built",
     ),
     site_dir: Path = typer.Option(
-        None, "--site", help="where the dashboard goes (default: dashboard/site)"
+        None, "--site", metavar="DIR", help="where the dashboard goes (default: dashboard/site)"
     ),
 ) -> None:
-    """The main job: asv over SGLang releases (CPU tiers), then asv's site and the dashboard."""
+    """The main job: asv over SGLang releases, then the dashboard.
+
+    It runs the CPU tiers under asv for each release, then builds asv's site and the
+    dashboard."""
     from asv.util import load_json
 
     # `kill` (or a CI timeout) must stop asv and its benchmarks too, as Ctrl-C does.

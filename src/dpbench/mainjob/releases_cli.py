@@ -17,13 +17,14 @@ _VERSIONS_HELP = (
 
 
 def releases_command(
-    versions: list[str] = typer.Argument(
-        None,
-        help=_VERSIONS_HELP,
+    versions: list[str] = typer.Argument(None, metavar="VERSIONS", help=_VERSIONS_HELP),
+    repo: Path = typer.Option(
+        None, metavar="DIR", help="where to build it (default: .cache/sglang-releases)"
     ),
-    repo: Path = typer.Option(None, help="where to build it (default: .cache/sglang-releases)"),
 ) -> None:
-    """Build the local git history of SGLang PyPI releases that asv.releases.json runs over."""
+    """Build the git history of SGLang releases asv runs over.
+
+    Each commit holds one PyPI release; asv.releases.json runs over them."""
     try:
         rows = releases.build(versions or (), repo)
     except releases.ReleasesError as exc:

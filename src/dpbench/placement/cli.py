@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="Where PrefillAdder negotiates with the PrefillDelayer, relative to its KV-budget gates.",
-    no_args_is_help=True,
+from dpbench.core.cli_help import Typer
+
+app = Typer(
+    help="Where a release's PrefillDelayer negotiation sits.\n\n"
+    "PrefillAdder negotiates with the PrefillDelayer before or after its KV-budget gates."
 )
 
 
@@ -31,11 +32,15 @@ def show(
     ] = False,
     save: Annotated[
         Path | None,
-        typer.Option(help="folder to save each run result in, as placement-<version>.json"),
+        typer.Option(
+            metavar="DIR", help="folder to save each run result in, as placement-VERSION.json"
+        ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds allowed per release")] = 600,
 ) -> None:
-    """Probe each release (static + behavioural) inside its release environment and print a table."""
+    """Probe each release in its environment; print a table.
+
+    Each probe reads the source and runs the scheduler."""
     from dpbench.core import results
     from dpbench.core.progress import console
     from dpbench.envs import run_in_env
@@ -85,7 +90,9 @@ def static(
         Path, typer.Argument(help="a schedule_policy.py, e.g. from a local SGLang clone")
     ],
 ) -> None:
-    """Read one schedule_policy.py (no SGLang install needed) and print the negotiation's placement."""
+    """Read one schedule_policy.py and print its placement.
+
+    No SGLang install is needed."""
     from dpbench.placement.static import analyse_file
 
     found = analyse_file(path)

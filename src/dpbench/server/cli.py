@@ -11,6 +11,8 @@ import typer
 from rich.table import Table
 
 from dpbench.core import results
+from dpbench.core.cli_help import Typer
+from dpbench.core.cli_options import OutputOpt
 from dpbench.core.progress import console, progress
 from dpbench.core.schema import with_options
 from dpbench.server.client import RequestOutcome
@@ -21,10 +23,9 @@ from dpbench.server.run import RunOptions, ServerRunError, execute, prepare
 # whose bench_serving client-bench compares against by default
 BENCH_SERVING_RELEASE = "0.5.23"
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="Server tier: a real sglang.launch_server in DP-attention mode, driven by a workload trace.",
-    no_args_is_help=True,
+app = Typer(
+    help="Run a workload against a real SGLang DP-attention server.\n\n"
+    "The server is sglang.launch_server; a client replays the workload's trace against it."
 )
 
 _SHOWN = (
@@ -88,14 +89,15 @@ Delayer = Annotated[
 def run(
     *,
     opts: RunOptions,
-    output: Annotated[Path, typer.Option("-o", "--output", help="run-result JSON to write")] = Path(
-        "run.json"
-    ),
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="FILE", help="run-result JSON to write")
+    ] = Path("run.json"),
     dry_run: Annotated[bool, typer.Option(help="print the launch command and exit")] = False,
 ) -> None:
-    """Launch SGLang for SPEC, replay its trace, scrape /metrics, stop the server, write a run result.
+    """Launch SGLang, replay a spec's trace, write a run result.
 
-    Every option but --output and --dry-run is a field of dpbench.server.run.RunOptions."""
+    It scrapes /metrics, then stops the server. The run result records every option except
+    --output and --dry-run."""
     from dpbench.envs.venv import EnvError
     from dpbench.server.launcher import ServerStartError
     from dpbench.server.run import RunIncomplete
@@ -162,14 +164,15 @@ def run(
 def launch(
     *,
     opts: RunOptions,
-    log: Annotated[Path, typer.Option(help="server log file")] = Path(
+    log: Annotated[Path, typer.Option(metavar="FILE", help="server log file")] = Path(
         "results/server-logs/manual.log"
     ),
 ) -> None:
-    """Start a server configured like `run` would (on node 0: wait until ready), keep it up until Ctrl-C.
+    """Start a server as `run` would; keep it up until Ctrl-C.
 
-    On the other nodes of a multi-node server, run this with the same SPEC, --dp,
-    --nnodes and --dist-init-addr and this node's --node-rank.
+    On node 0 it waits until the server is ready. On the other nodes of a multi-node server,
+    run it with the same SPEC, --dp, --nnodes and --dist-init-addr, and this node's
+    --node-rank.
     """
     from dpbench.server.run import sim_launch_env
 
@@ -212,15 +215,15 @@ def client_bench(
     output_len: int = 16,
     first_token_delay_ms: float = 250.0,
     itl_ms: float = 50.0,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="write the comparison JSON here")
-    ] = None,
+    output: OutputOpt = None,
     extra_pythonpath: Annotated[
         str | None, typer.Option(help="PYTHONPATH for bench_serving's interpreter")
     ] = None,
     repeats: Annotated[int, typer.Option(help="rounds, alternating which client goes first")] = 1,
 ) -> None:
-    """This client vs SGLang's bench_serving against the protocol test double (CPU only)."""
+    """Compare this client with SGLang's bench_serving.
+
+    Both drive the protocol test double, on the CPU only."""
     import json
 
     from dpbench.core.atomic import write_json
@@ -295,7 +298,10 @@ def fidelity(
     *,
     base: Inputs,
     sglang: Annotated[
-        list[str], typer.Option("--sglang", help="release(s) to compare under (repeatable)")
+        list[str],
+        typer.Option(
+            "--sglang", metavar="VERSION", help="release(s) to compare under (repeatable)"
+        ),
     ] = ["0.5.23"],  # noqa: B006 - typer reads the default
     reuse_server_runs: Annotated[
         bool,
@@ -306,10 +312,10 @@ def fidelity(
         ),
     ] = False,
 ) -> None:
-    """Twin vs simulated-forward server on the same spec, seed, DP size and chunk size, per release.
+    """Compare the twin with the simulated-forward server.
 
-    Every option but --sglang and --reuse-server-runs is a field of
-    dpbench.server.fidelity.Inputs."""
+    Both run the same spec, seed, DP size and chunk size, under each release. The report
+    records every option except --sglang and --reuse-server-runs."""
     from dpbench.server.fidelity import FidelityError
     from dpbench.server.fidelity import run as run_fidelity
 
@@ -369,12 +375,16 @@ def fidelity(
 @app.command()
 def diverge(
     server_run: Annotated[
-        Path, typer.Argument(help="a simulated-forward server run result (its JSON file)")
+        Path,
+        typer.Argument(
+            metavar="SERVER_RUN", help="a simulated-forward server run result (its JSON file)"
+        ),
     ],
     twin_result: Annotated[
         Path | None,
         typer.Option(
             "--twin-result",
+            metavar="FILE",
             help="a replayed twin result with its timeline (default: run the twin on the "
             "server run's arrivals now)",
         ),
@@ -383,16 +393,17 @@ def diverge(
         str,
         typer.Option(
             "--twin-modes",
+            metavar="MODES",
             help="the replayed twin as an arm's modes (dpbench twin sweep --sglang's part after "
             "':'), e.g. no-chunk-reset,finished-filter=every_pass",
         ),
     ] = "",
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="write the report as JSON")
-    ] = None,
+    output: OutputOpt = None,
     top: Annotated[int, typer.Option(min=1, help="rows per table")] = 8,
 ) -> None:
-    """Where the twin and SGLang's real scheduler part, on one server run (step by step)."""
+    """Show where the twin and SGLang's scheduler part ways.
+
+    It compares them step by step, on one server run."""
     import tempfile
 
     from dpbench.core.atomic import write_json

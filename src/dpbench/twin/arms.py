@@ -7,19 +7,25 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-# The grid options every arm comparison takes (twin sweep, twin capacity)
-SpecArg = Annotated[str, typer.Argument(help="workload spec: a shipped name or a YAML path")]
-DpOpt = Annotated[list[int] | None, typer.Option(help="DP sizes (repeatable; default 4)")]
-ChunkOpt = Annotated[
-    list[int] | None,
-    typer.Option(help="global --chunked-prefill-size values (repeatable; default 8192)"),
-]
-RequestsOpt = Annotated[int | None, typer.Option(help="override the spec's num_requests")]
-JobsOpt = Annotated[int, typer.Option(help="arms run at once (one process each)")]
+from dpbench.twin.job import arm_overrides
+
+
+def check_arms(arms: list[str], *, at_least: int = 1) -> None:
+    """Each arm reads as ``VERSION[:modes]`` and there are at least ``at_least`` of them; else
+    a usage error naming --sglang."""
+    if len(arms) < at_least:
+        raise typer.BadParameter(
+            f"give at least {at_least} arms (--sglang A --sglang B)", param_hint="--sglang"
+        )
+    for arm in arms:
+        try:
+            arm_overrides(arm)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--sglang") from None
 
 
 def run_arm_module(

@@ -18,8 +18,19 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from dpbench.core.cli_options import (
+    ArmsOpt,
+    ChunkOpt,
+    DpOpt,
+    JobsOpt,
+    OutputOpt,
+    RequestsOpt,
+    SeedsOpt,
+    SpecArg,
+    TimeoutOpt,
+)
 from dpbench.metrics.latency import Slo
-from dpbench.twin.arms import ChunkOpt, DpOpt, JobsOpt, RequestsOpt, SpecArg
+from dpbench.twin.arms import check_arms
 from dpbench.twin.job import arm_overrides
 
 
@@ -109,30 +120,35 @@ def _fmt_arm(a: dict[str, Any]) -> str:
 
 def capacity(
     spec: SpecArg,
-    sglang: Annotated[
-        list[str],
-        typer.Option(help="an arm: a release, optionally with modes after ':' (as twin sweep)"),
-    ],
-    seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 3,
+    sglang: ArmsOpt,
+    seeds: SeedsOpt = 3,
     dp: DpOpt = None,
     chunked_prefill_size: ChunkOpt = None,
     requests: RequestsOpt = None,
     attainment: Annotated[
-        float, typer.Option(help="the SLO attainment that must hold (fraction of requests)")
+        float,
+        typer.Option(
+            metavar="FRACTION", help="the SLO attainment that must hold (fraction of requests)"
+        ),
     ] = 0.99,
     ttft_slo_ms: Annotated[float, typer.Option(help="TTFT SLO, ms")] = Slo().ttft_ms,
     tpot_slo_ms: Annotated[float, typer.Option(help="TPOT SLO, ms")] = Slo().tpot_ms,
-    lo: Annotated[float, typer.Option(help="lowest rate searched (× the spec's)")] = 1 / 64,
-    hi: Annotated[float, typer.Option(help="highest rate searched (× the spec's)")] = 4.0,
-    steps: Annotated[int, typer.Option(help="bisection halvings after the two ends")] = 6,
+    lo: Annotated[float, typer.Option(metavar="X", help="lowest rate searched (× the spec's)")] = 1
+    / 64,
+    hi: Annotated[
+        float, typer.Option(metavar="X", help="highest rate searched (× the spec's)")
+    ] = 4.0,
+    steps: Annotated[
+        int, typer.Option(metavar="N", help="bisection halvings after the two ends")
+    ] = 6,
     jobs: JobsOpt = 2,
-    timeout: Annotated[float, typer.Option(help="wall-clock limit per arm, seconds")] = 7200.0,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="write arms and rows as JSON")
-    ] = None,
+    timeout: TimeoutOpt = 7200.0,
+    output: OutputOpt = None,
 ) -> None:
-    """Capacity at SLO: the highest offered rate (× the spec's) whose SLO attainment holds, by
-    bisection over the twin, per release over seeds, paired between releases."""
+    """Find each arm's capacity at the SLO, over seeds.
+
+    Capacity is the highest offered rate (× the spec's) whose SLO attainment holds. A bisection
+    over the twin finds it for each release and seed; releases are paired by seed."""
     from rich.table import Table
 
     from dpbench.core.atomic import write_json
@@ -140,11 +156,7 @@ def capacity(
     from dpbench.twin.arms import run_arms
 
     err = console()
-    for arm in sglang:
-        try:
-            arm_overrides(arm)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--sglang") from None
+    check_arms(sglang)
     problems = [
         (not 0 < attainment <= 1, "--attainment", f"must be in (0, 1], got {attainment}"),
         (not 0 < lo < hi, "--lo/--hi", f"need 0 < lo < hi, got {lo} and {hi}"),

@@ -13,15 +13,26 @@ from typing import Annotated, Any
 
 import typer
 
+from dpbench.core.cli_help import Typer
+from dpbench.core.cli_options import (
+    ArmsOpt,
+    ChunkOpt,
+    DpOpt,
+    JobsOpt,
+    OutputOpt,
+    RequestsOpt,
+    SeedsOpt,
+    SpecArg,
+    TimeoutOpt,
+)
 from dpbench.core.schema import with_options
-from dpbench.twin.arms import ChunkOpt, DpOpt, JobsOpt, RequestsOpt, SpecArg
+from dpbench.twin.arms import check_arms
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 from dpbench.twin.job import arm_overrides
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="Scheduler twin: SGLang's real PrefillAdder and PrefillDelayer on N DP ranks joined by gloo, on CPU.",
-    no_args_is_help=True,
+app = Typer(
+    help="Run the scheduler twin: SGLang's real scheduler on CPU.\n\n"
+    "The twin runs SGLang's PrefillAdder and PrefillDelayer on N DP ranks joined by gloo."
 )
 
 DEFAULT_SGLANG = "0.5.23"
@@ -148,10 +159,7 @@ def summary_table(result: dict[str, Any]) -> Any:
 @with_options(TwinInputs, param="inputs")
 @with_options(TwinConfig, error=TwinConfigError)
 def run(
-    spec: Annotated[
-        str,
-        typer.Argument(help="workload spec: a shipped name (long-prompt-burst, …) or a YAML path"),
-    ],
+    spec: SpecArg,
     *,
     config: TwinConfig,
     inputs: TwinInputs,
@@ -161,15 +169,15 @@ def run(
             help=f"SGLang release to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"
         ),
     ] = None,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="write the run result JSON here")
+    output: OutputOpt = None,
+    plot: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="write a plotly timeline (HTML) here")
     ] = None,
-    plot: Annotated[Path | None, typer.Option(help="write a plotly timeline (HTML) here")] = None,
 ) -> None:
-    """Replay SPEC's trace through N twin ranks and print a summary table.
+    """Replay a spec's trace through N twin ranks.
 
-    Every option but --sglang, --output and --plot is a field of dpbench.twin.config's
-    TwinConfig or TwinInputs (the schema the job file and the run result carry)."""
+    It prints a summary table. The job file and the run result record every option except
+    --sglang, --output and --plot."""
     from dpbench.core.progress import console, progress
     from dpbench.core.results import load, save
     from dpbench.core.schema import replace
@@ -328,99 +336,44 @@ SWEEP_TABLE_METRICS = (
 @app.command()
 def sweep(
     spec: SpecArg,
-    sglang: Annotated[
-        list[str],
-        typer.Option(
-            help="an arm: a release (0.5.16), optionally with modes after ':' (0.5.17:ablation: add_chunked_req "
-            "without the delayer; no-radix; no-overlap; no-chunk-reset; physical; conservativeness=X; "
-            "batch-is-full=always|if_admitted_or_running; finished-filter=every_pass|at_decode; or "
-            "any 'dpbench twin run' option as NAME=VALUE, e.g. overlap_schedule=false); give two "
-            "or more, each is compared with the first"
-        ),
-    ],
-    seeds: Annotated[int, typer.Option(help="seeds 0 … N−1, the same through every arm")] = 20,
+    sglang: ArmsOpt,
+    seeds: SeedsOpt = 20,
     dp: DpOpt = None,
     chunked_prefill_size: ChunkOpt = None,
     rate_scale: Annotated[
         list[float] | None,
         typer.Option(
+            metavar="X",
             help="offered rates as multiples of the spec's (repeatable: a load axis; the table "
-            "then has a row per rate, the curve of each metric against load)"
+            "then has a row per rate, the curve of each metric against load)",
         ),
     ] = None,
     requests: RequestsOpt = None,
     jobs: JobsOpt = 2,
-    timeout: Annotated[float, typer.Option(help="wall-clock limit per arm, seconds")] = 3600.0,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="write arms, rows and timing as JSON")
-    ] = None,
+    timeout: TimeoutOpt = 3600.0,
+    output: OutputOpt = None,
     all_metrics: Annotated[
         bool, typer.Option(help="print every metric, not the main ones")
     ] = False,
 ) -> None:
-    """Same seeds through each arm (in-process ranks); paired differences with 95 % intervals."""
+    """Compare arms over the same seeds, with 95 % intervals.
+
+    Each arm runs its ranks in one process. Each later arm is paired with the first, seed by
+    seed."""
     from dpbench.core.atomic import write_json
-    from dpbench.core.progress import console, progress
-    from dpbench.twin.arms import run_arms
-    from dpbench.twin.sweep import compare
+    from dpbench.core.progress import console
 
     err = console()
-    if len(sglang) < 2:
-        raise typer.BadParameter(
-            "give at least two arms (--sglang A --sglang B)", param_hint="--sglang"
-        )
-    for arm in sglang:
-        try:
-            arm_overrides(arm)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--sglang") from None
-    if seeds < 2:
-        raise typer.BadParameter(
-            f"paired intervals need ≥ 2 seeds, got {seeds}", param_hint="--seeds"
-        )
+    _check_sweep(sglang, seeds, rate_scale or [])
     dps = dp or [4]
     chunks = chunked_prefill_size or [8192]
     rates = rate_scale or [1.0]
-    for r in rates:
-        if not 0 < r <= 1000:
-            raise typer.BadParameter(f"must be in (0, 1000], got {r}", param_hint="--rate-scale")
-    seed_list = list(range(seeds))
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, progress() as bar:
-        per_arm = len(dps) * len(chunks) * len(rates) * seeds
-        tasks = {arm: bar.add_task(f"sweep {spec} · {arm}", total=per_arm) for arm in sglang}
-
-        def on_progress(arm: str, done: int, total: int) -> None:
-            bar.update(tasks[arm], completed=done, total=total)
-
-        arms = run_arms(
-            sglang,
-            jobs,
-            lambda i, arm: _sweep_arm(
-                arm,
-                spec,
-                seed_list,
-                dps,
-                chunks,
-                requests,
-                Path(tmp) / f"arm{i}.json",
-                timeout,
-                on_progress,
-                rates,
-            ),
-            "sweep",
-        )
+    arms = _run_sweep(
+        spec, sglang, jobs, timeout, (list(range(seeds)), dps, chunks, requests, rates)
+    )
     wall = time.perf_counter() - t0
-    base = sglang[0]
-    from rich.console import Console
-
-    out_console = Console(width=None if os.isatty(1) else 160)
-    comparisons = {}
-    for other in sglang[1:]:
-        rows = compare(arms[base], arms[other])
-        comparisons[f"{other} - {base}"] = rows
-        names = tuple(sorted({r["metric"] for r in rows})) if all_metrics else SWEEP_TABLE_METRICS
-        out_console.print(paired_table(rows, base, other, names))
+    comparisons = _print_comparisons(arms, sglang, all_metrics)
     err.print(
         f"{len(sglang)} arms × {len(dps) * len(chunks) * len(rates)} settings × {seeds} seeds "
         f"in {wall:.0f} s wall"
@@ -437,6 +390,71 @@ def sweep(
             },
         )
         err.print(f"saved {output}")
+
+
+def _run_sweep(
+    spec: str, sglang: list[str], jobs: int, timeout: float, grid: tuple
+) -> dict[str, Any]:
+    """Every arm over the grid ``(seeds, dps, chunks, requests, rates)``, ``jobs`` at once,
+    each with its progress bar."""
+    from dpbench.core.progress import progress
+    from dpbench.twin.arms import run_arms
+
+    seed_list, dps, chunks, requests, rates = grid
+    with tempfile.TemporaryDirectory() as tmp, progress() as bar:
+        per_arm = len(dps) * len(chunks) * len(rates) * len(seed_list)
+        tasks = {arm: bar.add_task(f"sweep {spec} · {arm}", total=per_arm) for arm in sglang}
+
+        def on_progress(arm: str, done: int, total: int) -> None:
+            bar.update(tasks[arm], completed=done, total=total)
+
+        return run_arms(
+            sglang,
+            jobs,
+            lambda i, arm: _sweep_arm(
+                arm,
+                spec,
+                seed_list,
+                dps,
+                chunks,
+                requests,
+                Path(tmp) / f"arm{i}.json",
+                timeout,
+                on_progress,
+                rates,
+            ),
+            "sweep",
+        )
+
+
+def _check_sweep(arms: list[str], seeds: int, rates: list[float]) -> None:
+    check_arms(arms, at_least=2)
+    if seeds < 2:
+        raise typer.BadParameter(
+            f"paired intervals need ≥ 2 seeds, got {seeds}", param_hint="--seeds"
+        )
+    for r in rates:
+        if not 0 < r <= 1000:
+            raise typer.BadParameter(f"must be in (0, 1000], got {r}", param_hint="--rate-scale")
+
+
+def _print_comparisons(
+    arms: dict[str, Any], names: list[str], all_metrics: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """Each later arm against the first, paired by seed: one table each; the rows returned."""
+    from rich.console import Console
+
+    from dpbench.twin.sweep import compare
+
+    out_console = Console(width=None if os.isatty(1) else 160)
+    base = names[0]
+    comparisons = {}
+    for other in names[1:]:
+        rows = compare(arms[base], arms[other])
+        comparisons[f"{other} - {base}"] = rows
+        shown = tuple(sorted({r["metric"] for r in rows})) if all_metrics else SWEEP_TABLE_METRICS
+        out_console.print(paired_table(rows, base, other, shown))
+    return comparisons
 
 
 from dpbench.twin.capacity_cli import capacity as _capacity  # noqa: E402  (a module of its own)

@@ -190,7 +190,8 @@ class TwinConfig:
         metadata={
             "help": "a simulated-forward server's run result (or a JSON {id: [seconds, dp rank]}): "
             "each request arrives when and where it reached that server's scheduler, instead of "
-            "at its trace time through the dispatch policy"
+            "at its trace time through the dispatch policy",
+            "metavar": "FILE",
         },
     )
     rate_scale: float = field(
@@ -223,7 +224,7 @@ class TwinConfig:
         metadata={
             "help": "per-rank-gpu: one GPU per DP rank (the original cost model); physical: tp_size GPUs, "
             "attention TP per rank, experts over all GPUs, and mixed steps charged the decode ranks' "
-            "eager launches (dpbench.twin.cost)"
+            "eager launches"
         },
     )
     rank_mode: RankMode = field(

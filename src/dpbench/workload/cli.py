@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -12,10 +13,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpbench.core.cli_help import Typer, choices
 from dpbench.core.progress import progress
-from dpbench.core.schema import with_options
+from dpbench.core.schema import InputError, cli_names, with_options
 from dpbench.workload import arrivals, distributions
-from dpbench.workload.importers.base import TraceImportError
+from dpbench.workload.importers.base import SPEC_NAMES, TraceImportError
 from dpbench.workload.importers.source import TraceSource
 from dpbench.workload.models import ModelConfigError, load_model_config
 from dpbench.workload.planner import (
@@ -46,29 +48,40 @@ from dpbench.workload.trace import (
     write_trace,
 )
 
-app = typer.Typer(
-    rich_markup_mode=None,  # click's plain help: full option names at 80 columns
-    help="Workload specs (YAML), deterministic request traces (JSONL) and the KV planner.",
-    no_args_is_help=True,
+app = Typer(
+    help="Workload specs, request traces and the KV planner.\n\n"
+    "Specs are YAML files; traces are JSONL, the same bytes for the same spec and seed."
 )
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 NameArg = Annotated[
-    str, typer.Argument(help="a shipped spec name (see `list`) or a path to a YAML spec")
+    str,
+    typer.Argument(metavar="SPEC", help="a shipped spec name (see `list`) or a YAML spec's path"),
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="seed (default: the spec's)")]
+# `workload import`'s names for the import's inputs: its flags, and PATH
+IMPORT_NAMES = {**cli_names(TraceSource), "window": "--window"}
 
 
 @contextmanager
-def _clean_errors():
-    """Turn expected input errors into one red line and exit status 2 (no traceback)."""
+def _clean_errors(names: Mapping[str, str] | None = None):
+    """Turn expected input errors into one red line and exit status 2 (no traceback); an
+    input named in the message is spelled as ``names`` says (default: as a spec says)."""
     try:
         yield
     except (WorkloadSpecError, ModelConfigError, TraceFormatError, TraceImportError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        text = exc.spelled(names or {}) if isinstance(exc, InputError) else str(exc)
+        err.print(f"[red]error:[/red] {text}")
         raise typer.Exit(2) from None
+
+
+def _warn(report, window: str = SPEC_NAMES["window"]) -> None:
+    """The import's warning (a window cut short by the trace's end) on stderr, one line."""
+    line = report.warning(window)
+    if line:
+        err.print(f"[yellow]warning:[/yellow] {line}")
 
 
 def _requests(spec: WorkloadSpec, seed: int | None, bar, task) -> tuple[TraceColumns, list]:
@@ -94,6 +107,7 @@ def _print_import(spec: WorkloadSpec, seed: int | None, reqs: list) -> None:
 
     assert spec.trace is not None
     _, report = import_spec_trace(spec, seed)
+    _warn(report)
     out.print(f"  source           {spec.trace.describe()}")
     for line in report.lines():
         out.print(f"                   {line}")
@@ -107,7 +121,7 @@ def _print_import(spec: WorkloadSpec, seed: int | None, reqs: list) -> None:
 
 @app.command("list")
 def list_specs() -> None:
-    """The shipped specs (workloads/*.yaml)."""
+    """List the shipped specs (workloads/*.yaml)."""
     table = Table(title="workload specs (workloads/*.yaml)", title_justify="left")
     table.add_column("name", no_wrap=True)
     for col in ("requests", "arrival", "target KV", "DP", "model"):
@@ -133,7 +147,9 @@ def list_specs() -> None:
 
 @app.command()
 def show(name: NameArg, seed: SeedOpt = None) -> None:
-    """A spec, a summary of the trace it generates, and its KV plan at the spec's DP size."""
+    """Show a spec, its trace's summary and its KV plan.
+
+    The KV plan is at the spec's DP size; `plan` shows its arithmetic."""
     with _clean_errors():
         spec = load_spec(name)
         cols, reqs = _generate(spec, seed)
@@ -208,7 +224,8 @@ def _print_summary(s) -> None:
 def gen(
     name: NameArg,
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="JSONL file to write (atomically)")
+        Path,
+        typer.Option("-o", "--output", metavar="FILE", help="JSONL file to write (atomically)"),
     ],
     seed: SeedOpt = None,
     num_requests: Annotated[
@@ -218,7 +235,7 @@ def gen(
         bool, typer.Option("--token-ids", help="also write each prompt's input_ids")
     ] = False,
 ) -> None:
-    """Generate the spec's trace as JSONL (same spec + seed → byte-identical file)."""
+    """Write a spec's trace as JSONL (same seed, same bytes)."""
     with _clean_errors():
         spec = load_spec(name)
         if num_requests is not None:
@@ -229,6 +246,10 @@ def gen(
             cols, reqs = _requests(spec, seed, bar, task)
             wtask = bar.add_task(f"writing {output.name}", total=len(reqs))
             write_trace(reqs, output, vocab_size=vocab, on_progress=lambda k: bar.advance(wtask, k))
+        if spec.trace is not None:
+            from dpbench.workload.trace import import_spec_trace
+
+            _warn(import_spec_trace(spec, seed)[1])
     digest = hashlib.sha256(output.read_bytes()).hexdigest()
     s = summarize(cols)
     out.print(f"wrote {len(reqs):,} requests to {output} (sha256 {digest})")
@@ -242,7 +263,8 @@ def gen(
 def import_(
     source: TraceSource,
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="JSONL trace to write (atomically)")
+        Path,
+        typer.Option("-o", "--output", metavar="FILE", help="JSONL trace to write (atomically)"),
     ],
     window: Annotated[
         int, typer.Option("--window", min=0, help="which window (0 = the first)")
@@ -251,17 +273,18 @@ def import_(
         str, typer.Option("--model", help="model config name or path: its context limits prompts")
     ] = "deepseek-v3",
 ) -> None:
-    """Import a production trace (Mooncake JSONL, Azure CSV) as the suite's JSONL trace: one
-    window, rate-scaled, capped, prompts fitted to the model; same inputs → byte-identical file.
+    """Import a Mooncake or Azure trace as a JSONL trace.
 
-    Mooncake's block ids become token ids such that two requests share exactly the prompt blocks
-    the trace says they share. A spec can name the same source in a `trace:` block instead.
+    It takes one window of the trace, rate-scaled and capped, with prompts fitted to the
+    model. The same inputs give the same bytes. Mooncake's block ids become token ids, so two
+    requests share exactly the prompt blocks the trace says they share. A spec can name the
+    same source in a `trace:` block instead.
     """
     from dpbench.workload.importers.load import import_trace
     from dpbench.workload.importers.reuse import block_reuse
     from dpbench.workload.importers.source import file_sha256
 
-    with _clean_errors():
+    with _clean_errors(IMPORT_NAMES):
         cfg = load_model_config(model)
         with progress(transient=True) as bar:
             bar.add_task(f"importing {source.path}", total=None)
@@ -269,6 +292,7 @@ def import_(
                 source, window=window, context_len=cfg.max_position_embeddings or None
             )
         write_trace(reqs, output)
+    _warn(report, IMPORT_NAMES["window"])
     digest = hashlib.sha256(output.read_bytes()).hexdigest()
     out.print(f"wrote {len(reqs):,} requests to {output} (sha256 {digest})")
     out.print(f"  from {source.describe()} ({file_sha256(Path(report.path))})")
@@ -368,7 +392,9 @@ def plan(
     dispatch: Annotated[
         str | None,
         typer.Option(
-            "--dispatch", help=f"one of {', '.join(DISPATCH_POLICIES)} (default: the spec's)"
+            "--dispatch",
+            metavar=choices(DISPATCH_POLICIES),
+            help="how requests reach the ranks (default: the spec's)",
         ),
     ] = None,
     model: Annotated[
@@ -383,17 +409,23 @@ def plan(
     kv_dtype: Annotated[
         str | None,
         typer.Option(
-            "--kv-dtype", help=f"one of {', '.join(KV_DTYPE_BYTES)} (default: the spec's)"
+            "--kv-dtype",
+            metavar=choices(KV_DTYPE_BYTES),
+            help="KV cache type (default: the spec's)",
         ),
     ] = None,
     seed: SeedOpt = None,
     trace: Annotated[
         Path | None,
-        typer.Option("--trace", help="plan an existing JSONL trace instead of generating one"),
+        typer.Option(
+            "--trace", metavar="FILE", help="plan an existing JSONL trace instead of generating one"
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
-    """Peak KV demand per DP rank and the --max-total-tokens that puts it at the target."""
+    """Size the KV pool from each DP rank's peak KV demand.
+
+    It prints the --max-total-tokens that puts the busiest rank's peak at the target."""
     if dispatch is not None and dispatch not in DISPATCH_POLICIES:
         raise typer.BadParameter(
             f"found {dispatch!r}; allowed: {', '.join(DISPATCH_POLICIES)}", param_hint="--dispatch"

@@ -18,7 +18,10 @@ import numpy as np
 from dpbench.workload.importers.base import RawTrace, TraceImportError, check_order, where
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-UPSTREAM = "github.com/Azure/AzurePublicDataset, data/AzureLLMInferenceTrace_conv.csv (CC-BY-4.0)"
+UPSTREAM_DIR = "github.com/Azure/AzurePublicDataset, data/"
+UPSTREAM_FILES = ("AzureLLMInferenceTrace_conv.csv", "AzureLLMInferenceTrace_code.csv")
+LICENCE = "CC-BY-4.0"
+UPSTREAM = f"{UPSTREAM_DIR}{UPSTREAM_FILES[0]} ({LICENCE})"
 
 
 def _seconds(text: str, path: Path, line: int) -> float:
@@ -52,9 +55,13 @@ def read(path: Path) -> RawTrace:
     with path.open(newline="", encoding="utf-8") as fh:
         rows = csv.reader(fh)
         header = next(rows, None)
-        if header is None or tuple(h.strip() for h in header) != HEADER:
+        if header is None:
             raise TraceImportError(
-                f"{where(path, 1)}: header {header!r}; allowed: {','.join(HEADER)}"
+                f"{path}: empty file; allowed: an Azure trace CSV, first line {','.join(HEADER)}"
+            )
+        if tuple(h.strip() for h in header) != HEADER:
+            raise TraceImportError(
+                f"{where(path, 1)}: header {','.join(header)!r}; allowed: {','.join(HEADER)}"
             )
         ts: list[float] = []
         inp: list[int] = []
@@ -73,7 +80,7 @@ def read(path: Path) -> RawTrace:
             out.append(_tokens(row[2], "GeneratedTokens", path, n))
             lines.append(n)
     if not ts:
-        raise TraceImportError(f"{path}: no requests (a header and no rows)")
+        raise TraceImportError(f"{path}: a header and no requests; allowed: one or more rows")
     arrival = np.array(ts, dtype=np.float64)
     line = np.array(lines, dtype=np.int64)
     check_order(path, arrival, line, "TIMESTAMP")

@@ -16,9 +16,30 @@ from pathlib import Path
 
 import numpy as np
 
+from dpbench.core.schema import InputError
 
-class TraceImportError(ValueError):
-    """A production trace that cannot be imported; the message names file, line and field."""
+# the inputs of an import: TraceSource's fields (checked there), then the window
+SOURCE_FIELDS = (
+    "format",
+    "path",
+    "window_start_s",
+    "window_s",
+    "rate_scale",
+    "max_requests",
+    "overlong",
+    "max_input_len",
+)
+# how a spec names them: a `trace:` key, and the window is the spec's seed
+SPEC_NAMES = {**{key: f"trace.{key}" for key in SOURCE_FIELDS}, "window": "seed"}
+
+
+class TraceImportError(InputError):
+    """A production trace that cannot be imported, in one line: what was wrong and what is
+    allowed. A bad line of the file is named by file, line and field; a bad input by
+    ``{field}`` in the template, which reads as the spec's key (:data:`SPEC_NAMES`) or, through
+    :meth:`~dpbench.core.schema.InputError.spelled`, as the command line's flag."""
+
+    SPELLING = SPEC_NAMES
 
 
 class TraceFileMissing(TraceImportError):

@@ -18,9 +18,10 @@ import numpy as np
 from dpbench.workload.importers.base import RawTrace, TraceImportError, check_order, where
 
 BLOCK_SIZE = 512
-UPSTREAM = (
-    "github.com/kvcache-ai/Mooncake, FAST25-release/traces/conversation_trace.jsonl (Apache-2.0)"
-)
+UPSTREAM_DIR = "github.com/kvcache-ai/Mooncake, FAST25-release/traces/"
+UPSTREAM_FILES = ("conversation_trace.jsonl", "toolagent_trace.jsonl")
+LICENCE = "Apache-2.0"
+UPSTREAM = f"{UPSTREAM_DIR}{UPSTREAM_FILES[0]} ({LICENCE})"
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
@@ -72,7 +73,9 @@ def read(path: Path) -> RawTrace:
         if text.strip()
     ]
     if not numbered:
-        raise TraceImportError(f"{path}: no requests (an empty Mooncake trace)")
+        raise TraceImportError(
+            f"{path}: empty file; allowed: a Mooncake trace, one JSON object a line"
+        )
     try:  # one C-level parse; any problem → the line-by-line pass names the line
         objs = json.loads("[" + ",".join(text for _, text in numbered) + "]")
         ok = len(objs) == len(numbered)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
 from dpbench.workload.importers import azure, mooncake
-from dpbench.workload.importers.base import TraceFileMissing, TraceImportError
+from dpbench.workload.importers.base import SOURCE_FIELDS, TraceFileMissing, TraceImportError
 
 FORMATS = ("mooncake", "azure")
 
@@ -64,11 +64,9 @@ class TraceSource:
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise TraceImportError(
-                f"trace format {self.format!r} is unknown; allowed: {', '.join(FORMATS)}"
-            )
+            raise TraceImportError(f"{{format}} is {self.format!r}; allowed: {', '.join(FORMATS)}")
         if not isinstance(self.path, str) or not self.path:
-            raise TraceImportError(f"trace path {self.path!r}: allowed: a file path")
+            raise TraceImportError(f"{{path}} is {self.path!r}; allowed: a file path")
         checks = (
             ("window_start_s", self.window_start_s, lambda v: v >= 0, "a number ≥ 0"),
             ("window_s", self.window_s, lambda v: v is None or v > 0, "a number > 0, or unset"),
@@ -93,19 +91,19 @@ class TraceSource:
                 and math.isfinite(value)
             )
             if not finite or not ok(value):
-                raise TraceImportError(f"trace {name} is {value!r}; allowed: {allowed}")
+                raise TraceImportError(f"{{{name}}} is {value!r}; allowed: {allowed}")
         if self.overlong not in ("drop", "truncate"):
-            raise TraceImportError(f"trace overlong is {self.overlong!r}; allowed: drop, truncate")
+            raise TraceImportError(f"{{overlong}} is {self.overlong!r}; allowed: drop, truncate")
 
     def window(self, k: int) -> tuple[float, float]:
         """Window ``k``'s ``[start, end)`` in the trace's seconds (``end`` inf: to the end)."""
         if type(k) is not int or k < 0:
-            raise TraceImportError(f"window {k!r}: allowed: an integer ≥ 0")
+            raise TraceImportError(f"{{window}} is {k!r}; allowed: an integer ≥ 0")
         if self.window_s is None:
             if k:
                 raise TraceImportError(
-                    f"window {k} (the seed) needs trace window_s: without it the trace has one "
-                    f"window, 0"
+                    f"{{window}} is {k}, but without {{window_s}} the trace is one window; "
+                    f"allowed: {{window}} 0, or set {{window_s}}"
                 )
             return self.window_start_s, math.inf
         start = self.window_start_s + k * self.window_s
@@ -123,19 +121,26 @@ class TraceSource:
 
 READERS: dict[str, ModuleType] = {"mooncake": mooncake, "azure": azure}
 assert tuple(READERS) == FORMATS
+assert tuple(f.name for f in fields(TraceSource)) == SOURCE_FIELDS
 
 
 def resolve_path(source: TraceSource, base: Path | None = None) -> Path:
     """The trace file (a relative path is taken from ``base``, a spec's folder); a missing one
-    raises :class:`TraceFileMissing` naming where the file comes from."""
+    raises :class:`TraceFileMissing`, naming where to get it when it is a published trace."""
     path = Path(source.path).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
     if not path.is_file():
+        reader = READERS[source.format]
+        full = "" if str(path) == str(path.absolute()) else f" ({path.absolute()})"
+        upstream = (
+            f"; get it from {reader.UPSTREAM_DIR}{path.name} ({reader.LICENCE})"
+            if path.name in reader.UPSTREAM_FILES
+            else ""
+        )
         raise TraceFileMissing(
-            f"{source.format} trace file {path} is not here; get it from "
-            f"{READERS[source.format].UPSTREAM} and put it there (or point the spec's "
-            f"`trace.path` at your copy)"
+            f"{{path}} {source.path}: no such file{full}; allowed: an existing "
+            f"{source.format} trace file{upstream}"
         )
     return path.resolve()
 
