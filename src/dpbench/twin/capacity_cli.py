@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from dpbench.metrics.latency import Slo
+from dpbench.metrics.latency import Slo, with_slo_options
 from dpbench.twin.arms import ChunkOpt, DpOpt, JobsOpt, RequestsOpt, SpecArg
 from dpbench.twin.job import arm_overrides
 
@@ -107,6 +107,7 @@ def _fmt_arm(a: dict[str, Any]) -> str:
     return text
 
 
+@with_slo_options
 def capacity(
     spec: SpecArg,
     sglang: Annotated[
@@ -120,8 +121,6 @@ def capacity(
     attainment: Annotated[
         float, typer.Option(help="the SLO attainment that must hold (fraction of requests)")
     ] = 0.99,
-    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT SLO, ms")] = Slo().ttft_ms,
-    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT SLO, ms")] = Slo().tpot_ms,
     lo: Annotated[float, typer.Option(help="lowest rate searched (× the spec's)")] = 1 / 64,
     hi: Annotated[float, typer.Option(help="highest rate searched (× the spec's)")] = 4.0,
     steps: Annotated[int, typer.Option(help="bisection halvings after the two ends")] = 6,
@@ -130,6 +129,8 @@ def capacity(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="write arms and rows as JSON")
     ] = None,
+    *,
+    slo: Slo,  # --ttft-slo-ms, --tpot-slo-ms (with_slo_options)
 ) -> None:
     """Capacity at SLO: the highest offered rate (× the spec's) whose SLO attainment holds, by
     bisection over the twin, per release over seeds, paired between releases."""
@@ -154,10 +155,6 @@ def capacity(
     for bad, hint, why in problems:
         if bad:
             raise typer.BadParameter(why, param_hint=hint)
-    try:
-        Slo(ttft_ms=ttft_slo_ms, tpot_ms=tpot_slo_ms)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--ttft-slo-ms/--tpot-slo-ms") from None
     dps, chunks = dp or [4], chunked_prefill_size or [8192]
     job = {
         "spec": spec,
@@ -169,7 +166,7 @@ def capacity(
         "lo": lo,
         "hi": hi,
         "steps": steps,
-        "config": {"slo_ttft_ms": ttft_slo_ms, "slo_tpot_ms": tpot_slo_ms},
+        "config": {"slo_ttft_ms": slo.ttft_ms, "slo_tpot_ms": slo.tpot_ms},
     }
     per_arm = len(dps) * len(chunks) * seeds * (steps + 2)
     t0 = time.perf_counter()
@@ -190,8 +187,8 @@ def capacity(
     wall = time.perf_counter() - t0
     rows = summarise(arms)
     table = Table(
-        title=f"capacity at SLO ({attainment:.0%} of requests with TTFT ≤ {ttft_slo_ms:g} ms and "
-        f"TPOT ≤ {tpot_slo_ms:g} ms): offered rate × the spec's, mean over seeds [95 % CI]"
+        title=f"capacity at SLO ({attainment:.0%} of requests with {slo.label}): offered rate "
+        "× the spec's, mean over seeds [95 % CI]"
     )
     for col in ("DP", "chunk", *sglang, *(f"{b} − {sglang[0]} (paired)" for b in sglang[1:])):
         table.add_column(col, justify="right")
