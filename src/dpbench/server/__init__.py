@@ -4,5 +4,6 @@ Modules: ``config`` (run config → checked ``launch_server`` command), ``launch
 (process-group lifecycle), ``client`` (one streaming ``/generate`` request),
 ``loadgen`` (arrival schedule, concurrency, loop-lag monitor), ``stats`` (client
 metrics), ``metrics`` (Prometheus deltas), ``run`` (one whole run), ``protocol_double``
-(a protocol test double of SGLang's HTTP API for tests and client benchmarks), ``cli``.
+(a protocol test double of SGLang's HTTP API for tests and client benchmarks), ``bench``
+(the runs behind the server's asv benchmarks), ``cli``.
 """
