@@ -23,31 +23,29 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from .common import require_chromium, require_site_builder, skip_on
+
 COMMITS, BENCHMARKS = 50, 40
 
 
 def _scale_input() -> tuple[Path, Path]:
     """(temp dir, synthetic results tree) built from the real results; skip with why if impossible."""
-    try:
-        import jinja2  # noqa: F401
-        import plotly  # noqa: F401
+    require_site_builder()
+    from dpbench.core.paths import results_dir
+    from dpbench.dashboard import scale
 
-        from dpbench.core.paths import results_dir
-        from dpbench.dashboard import scale
-    except ImportError as exc:
-        raise NotImplementedError(
-            f"needs the orchestrating venv (jinja2, plotly): {exc}; "
-            "run with -E existing:.venv/bin/python"
-        ) from exc
     source = Path(os.environ.get("DPBENCH_SCALE_SOURCE") or results_dir())
     tmp = Path(tempfile.mkdtemp(prefix="dpbench-dashboard-bench-"))
     try:
-        scale.synthesise(
-            source, tmp / "results", commits=COMMITS, benchmarks=BENCHMARKS, twin_grid=True
+        skip_on(
+            (scale.ScaleInputError,),
+            lambda: scale.synthesise(
+                source, tmp / "results", commits=COMMITS, benchmarks=BENCHMARKS, twin_grid=True
+            ),
         )
-    except scale.ScaleInputError as exc:
+    except NotImplementedError:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise NotImplementedError(str(exc)) from exc
+        raise
     return tmp, tmp / "results"
 
 
@@ -81,14 +79,10 @@ class PageLoad:
     loads = 5
 
     def setup(self) -> None:
+        require_chromium()
         from dpbench.dashboard import browser
         from dpbench.dashboard.build import build_site
 
-        try:
-            browser.chromium_path()
-            import playwright  # noqa: F401
-        except (browser.BrowserUnavailable, ImportError) as exc:
-            raise NotImplementedError(str(exc)) from exc
         self.tmp, results = _scale_input()
         self.index = build_site(results, self.tmp / "site", history_repo=None)
         self.browser = browser

@@ -10,22 +10,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from benchmarks.common import require_cuda, save_run
+from benchmarks.common import require_attention_kernels
+from dpbench.kernels import bench
 from dpbench.kernels.cases import Case
 
 ATTN_TP_SIZE = 1  # DP attention, attn_tp = tp / dp = 1: all 128 heads on each rank
 HEADS = 128 // ATTN_TP_SIZE
-
-
-def _kernels() -> Any:
-    """SGLang's Triton attention kernels; skip (NotImplementedError) where their API shape is unsupported."""
-    from dpbench.sglang_compat.detect import UnsupportedSGLang
-    from dpbench.sglang_compat.kernels import load_attention_kernels
-
-    try:
-        return load_attention_kernels()
-    except UnsupportedSGLang as exc:
-        raise NotImplementedError(str(exc)) from exc
 
 
 class _AttentionLaunch:
@@ -35,27 +25,7 @@ class _AttentionLaunch:
 
     def setup_cache(self) -> dict[str, Any]:
         """The device's ceilings and the SGLang it runs (provenance), measured once per environment."""
-        try:
-            require_cuda(1)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-        import torch
-
-        from dpbench.kernels.ceilings import measure_ceilings
-        from dpbench.kernels.timing import l2_cache_bytes
-        from dpbench.sglang_compat.provenance import provenance
-
-        ceilings = measure_ceilings("cuda", copy_mib=1024, matmul_n=4096)
-        found = {
-            "ceilings": ceilings.as_dict(),
-            "cores": torch.cuda.get_device_properties(0).multi_processor_count,
-            "l2_bytes": l2_cache_bytes(),
-            "device": torch.cuda.get_device_name(),
-            # the kernel tier drives no scheduler: no API generation compared, placement read statically
-            **provenance(()),
-        }
-        save_run("kernels", "environment", _environment_result(found))
-        return found
+        return bench.environment()
 
     setup_cache.timeout = 300
 
@@ -67,7 +37,7 @@ class _AttentionLaunch:
         from dpbench.kernels.inputs import launch
         from dpbench.kernels.run import prepare_case
 
-        kernels = _kernels()
+        kernels = require_attention_kernels()
         prepared = prepare_case(
             case,
             kernels=kernels,
@@ -107,28 +77,6 @@ class _AttentionLaunch:
 
     def _copy_bw_fraction(self) -> float:
         return self.case.bytes / self._timing_result().median_s / self.state["copy_bytes_per_s"]
-
-
-def _environment_result(found: dict[str, Any]) -> dict[str, Any]:
-    from dpbench.core import results
-
-    ceilings = found["ceilings"]
-    return results.make_run_result(
-        tier="kernels",
-        sglang=found["sglang"],
-        placement=found["placement"],
-        metrics={
-            "copy_bandwidth_bytes_per_s": results.Metric(
-                ceilings["copy_bytes_per_s"], "B/s", "higher"
-            ),
-            "matmul_flops_per_s": results.Metric(
-                ceilings["matmul_flops_per_s"], "FLOP/s", "higher"
-            ),
-        },
-        wall_time_s=0.0,
-        notes=[f"device ceilings on {found['device']}, measured once for this environment"],
-        extra={"ceilings": ceilings},
-    )
 
 
 class DecodeAttention(_AttentionLaunch):

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import metric, optional_metric, save_run
+from dpbench.placement import bench
+
+from .common import OneRun, Track, tracks
 
 
-class Placement:
+@tracks(
+    {
+        "placement_code": Track("placement_code", "code (0 unknown, 1 early, 2 post-kv, 3 absent)"),
+        "kv_exits_before_negotiation": Track("kv_exits_before_negotiation", "exits", optional=True),
+        "false_prefillable_reports": Track("false_prefillable_reports", "reports", optional=True),
+        "chunked_negotiates": Track("chunked_negotiates", "bool (0/1)", optional=True),
+        "pr31835_conforming_cases": Track("pr31835_conforming_cases", "cases of 5", optional=True),
+    }
+)
+class Placement(OneRun):
     """Static (AST) and behavioural (real PrefillAdder + recording delayer) placement of the negotiation.
 
     ``setup_cache`` runs the probe once per SGLang commit, in asv's environment for that
@@ -18,45 +29,11 @@ class Placement:
     version = "placement-2"  # metrics not measured are NaN (absent), never 0
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench.core.faults import inject_if_requested
-        from dpbench.placement.probe import build_result
-        from dpbench.sglang_compat.detect import UnsupportedSGLang
-
-        inject_if_requested("placement")
-        try:
-            result = build_result()
-        except UnsupportedSGLang as exc:
-            return {"skip": str(exc)}
-        save_run("placement", "placement", result)
-        return result
+        return bench.placement()
 
     setup_cache.timeout = 300
 
     def setup(self, result: dict[str, Any]) -> None:
         if "skip" in result:
             raise NotImplementedError(result["skip"])
-
-    def track_placement_code(self, result: dict[str, Any]) -> float:
-        return metric(result, "placement_code")
-
-    track_placement_code.unit = "code (0 unknown, 1 early, 2 post-kv, 3 absent)"
-
-    def track_kv_exits_before_negotiation(self, result: dict[str, Any]) -> float:
-        return optional_metric(result, "kv_exits_before_negotiation")
-
-    track_kv_exits_before_negotiation.unit = "exits"
-
-    def track_false_prefillable_reports(self, result: dict[str, Any]) -> float:
-        return optional_metric(result, "false_prefillable_reports")
-
-    track_false_prefillable_reports.unit = "reports"
-
-    def track_chunked_negotiates(self, result: dict[str, Any]) -> float:
-        return optional_metric(result, "chunked_negotiates")
-
-    track_chunked_negotiates.unit = "bool (0/1)"
-
-    def track_pr31835_conforming_cases(self, result: dict[str, Any]) -> float:
-        return optional_metric(result, "pr31835_conforming_cases")
-
-    track_pr31835_conforming_cases.unit = "cases of 5"
+        self.result = result

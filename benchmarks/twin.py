@@ -5,91 +5,86 @@ chunked-prefill size (``TwinHeadline`` has twice it), with the delayer on and of
 (in-process ranks: identical numbers to gloo processes, tested); ``TwinScale`` times
 4 ranks × 2,000 requests of long-prompt-burst in both rank modes (threads and gloo
 processes); ``SchedulerPass`` times one rank's scheduler pass on a saturated KV pool.
-Scenario errors propagate (``asv run`` fails naming the benchmark); only an SGLang
-whose API shape is unsupported skips.
+Each ``setup_cache`` is one call into :mod:`dpbench.twin.bench`. Scenario errors propagate
+(``asv run`` fails naming the benchmark); only an SGLang whose API shape is unsupported skips.
 """
 
 from __future__ import annotations
 
-import itertools
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, get_args
+
+from dpbench.twin import bench
 
 from .common import (
     FIDELITY_CHUNKED_PREFILL,
     FIDELITY_SPEC,
-    bench_jobs,
-    cache_settings,
-    cached,
-    delayer_metric,
-    metric,
+    SUITE_SLO,
+    OneRun,
+    SeedRuns,
+    Track,
+    check_slo,
+    entries,
+    entry,
+    goodput,
     require_sglang,
-    save_run,
+    slo_track,
+    tracks,
 )
 
 SpecName = Literal[
     "long-prompt-burst", "agentic-multiturn", "long-context-chat"
 ]  # target_kv_util ≥ 0.85
 DpSize = Literal[2, 4, 8]
-ChunkedPrefill = Literal[
-    "default", "2x"
-]  # global --chunked-prefill-size: SGLang's H200 8192, and 16384
+ChunkedPrefill = Literal["default", "2x"]  # bench.CHUNK_SIZES: SGLang's H200 8192, and 16384
 DelayerMode = Literal["on", "off"]
-CHUNK_SIZES = {"default": 8192, "2x": 16384}
 HIGH_KV_REQUESTS = (
     128  # per run: 18 settings × len(SEEDS) runs in one setup_cache on a 2-core runner
 )
 SEEDS = (0, 1, 2)  # each track value is asv's median of these seeds, with asv's interval over them
-SCALE_REQUESTS = 2000
-# The twin drives both the adder and the delayer; an unknown shape of either skips.
-TWIN_COMPONENTS = ("adder", "delayer")
-DELAYER_ONLY = {  # metrics that exist only with the delayer on (absent, not 0, without it)
-    "false_prefillable_reports_count",
-    "false_report_mixed_steps_count",
-    "delayer_delay_count",
-}
+SIM = " (simulated)"
 
 
-def _key(spec: str, dp: int, chunk: str, delayer: str, seed: int) -> str:
-    if spec not in get_args(SpecName):
-        raise ValueError(f"spec must be one of {get_args(SpecName)}; found {spec!r}")
-    if dp not in get_args(DpSize):
-        raise ValueError(f"dp_size must be one of {get_args(DpSize)}; found {dp!r}")
-    if chunk not in CHUNK_SIZES:
-        raise ValueError(f"chunked_prefill must be one of {tuple(CHUNK_SIZES)}; found {chunk!r}")
-    if delayer not in get_args(DelayerMode):
-        raise ValueError(f"delayer must be one of {get_args(DelayerMode)}; found {delayer!r}")
-    return f"{spec}-dp{dp}-chunk{CHUNK_SIZES[chunk]}-delayer_{delayer}-seed{seed}"
+def seed_tracks() -> dict[str, Track]:
+    """The twin's tracks per setting (the dashboard's and the README's metrics)."""
+    return {
+        "dp_mixed_step_fraction": Track("dp_mixed_step_fraction", "fraction of steps"),
+        "decode_rank_s_beside_prefill": Track(
+            "decode_rank_s_beside_prefill", "decode-rank s (simulated)"
+        ),
+        "decode_rank_time_beside_prefill_fraction": Track(
+            "decode_rank_time_beside_prefill_fraction", "fraction of decode-rank time"
+        ),
+        "false_prefillable_reports": Track(
+            "false_prefillable_reports_count", "reports", delayer_only=True
+        ),
+        "false_report_mixed_steps": Track(
+            "false_report_mixed_steps_count", "steps", delayer_only=True
+        ),
+        "delay_passes": Track("delayer_delay_count", "rank passes", delayer_only=True),
+        "ttft_ms_p50": Track("ttft_ms_p50", "ms" + SIM),
+        "ttft_ms_p99": Track("ttft_ms_p99", "ms" + SIM),
+        "tpot_ms_p99": Track("tpot_ms_p99", "ms" + SIM),
+        "itl_ms_p99": Track("itl_ms_p99", "ms" + SIM),
+        "goodput_requests_per_s": goodput(SUITE_SLO, SIM),
+        "output_tokens_per_s": Track("output_tokens_per_s", "tok/s" + SIM),
+        "request_throughput": Track("request_throughput_req_per_s", "req/s" + SIM),
+        "kv_utilization_max": Track("kv_utilization_max", "fraction"),
+        # with kv_pool_occupied_max and the seed count, what regime a published setting shows
+        "requests_finished_count": Track("requests_finished_count", "requests finished per run"),
+        "kv_pool_occupied_max": Track(
+            "kv_pool_occupied_max", "fraction (evictable entries included)"
+        ),
+        "retractions": Track("retractions_count", "requests"),
+        "rank_tokens_imbalance": Track("rank_tokens_imbalance", "max/mean over DP ranks"),
+        "rank_idle_while_others_wait_fraction": Track(
+            "rank_idle_while_others_wait_fraction", "fraction of working steps"
+        ),
+    }
 
 
-def _run(
-    spec: str,
-    dp: int,
-    delayer: str,
-    requests: int,
-    *,
-    chunk: int = 8192,
-    seed: int | None = None,
-    rank_mode: str = "threads",
-) -> dict[str, Any]:
-    from dpbench.twin.config import make_config
-    from dpbench.twin.run import run_twin
-
-    config = make_config(
-        dp_size=dp,
-        enable_prefill_delayer=delayer == "on",
-        chunked_prefill_size=chunk,
-        rank_mode=rank_mode,
-        record_timeline=False,
-        deadline_s=900.0,
-    )
-    return run_twin(spec, config, num_requests=requests, seed=seed)
-
-
-def _scenario_key(spec: str, dp: int, delayer: str) -> str:
-    return f"server-scenario-{spec}-dp{dp}-delayer_{delayer}"
-
-
-class TwinHighKV:
+@tracks(seed_tracks())
+class TwinHighKV(SeedRuns):
     """Per (spec, DP size, chunk size, delayer), over SEEDS: DP-mixed steps, decode-rank time beside
     prefill, false reports, delayer verdicts, simulated TTFT/throughput.
 
@@ -115,130 +110,13 @@ class TwinHighKV:
     version = "twin-high-kv-4"
 
     def setup_cache(self) -> dict[str, Any]:
-        try:
-            require_sglang(TWIN_COMPONENTS)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-
-        def one(spec: str, dp: int, chunk: str, delayer: str, seed: int) -> dict[str, Any]:
-            result = _run(spec, dp, delayer, HIGH_KV_REQUESTS, chunk=CHUNK_SIZES[chunk], seed=seed)
-            save_run("twin", _key(spec, dp, chunk, delayer, seed), result)
-            return {"metrics": result["metrics"]}
-
-        return cache_settings(
-            ((_key(*k), lambda k=k: one(*k)) for k in itertools.product(*self.params, SEEDS)),
-            jobs=bench_jobs(),
-        )
+        return bench.high_kv(self.params, SEEDS, requests=HIGH_KV_REQUESTS)
 
     setup_cache.timeout = 7200
 
     def setup(self, cache, spec, dp_size, chunked_prefill, delayer) -> None:
-        self.runs = [cached(cache, _key(spec, dp_size, chunked_prefill, delayer, s)) for s in SEEDS]
+        self.runs = entries(cache, (spec, dp_size, chunked_prefill, delayer), SEEDS)
         self.delayer = delayer
-
-    def _m(self, name: str) -> Any:
-        if name in DELAYER_ONLY:
-            values = [delayer_metric(r, name, self.delayer) for r in self.runs]
-            if self.delayer == "off":
-                return float("nan")  # not measured (delayer off): absent, never 0
-            return {"samples": [float(v) for v in values], "number": 1}
-        return {"samples": [float(metric(r, name)) for r in self.runs], "number": 1}
-
-    def track_dp_mixed_step_fraction(self, *p) -> Any:
-        return self._m("dp_mixed_step_fraction")
-
-    track_dp_mixed_step_fraction.unit = "fraction of steps"
-
-    def track_decode_rank_s_beside_prefill(self, *p) -> Any:
-        return self._m("decode_rank_s_beside_prefill")
-
-    track_decode_rank_s_beside_prefill.unit = "decode-rank s (simulated)"
-
-    def track_decode_rank_time_beside_prefill_fraction(self, *p) -> Any:
-        return self._m("decode_rank_time_beside_prefill_fraction")
-
-    track_decode_rank_time_beside_prefill_fraction.unit = "fraction of decode-rank time"
-
-    def track_false_prefillable_reports(self, *p) -> Any:
-        return self._m("false_prefillable_reports_count")
-
-    track_false_prefillable_reports.unit = "reports"
-
-    def track_false_report_mixed_steps(self, *p) -> Any:
-        return self._m("false_report_mixed_steps_count")
-
-    track_false_report_mixed_steps.unit = "steps"
-
-    def track_delay_passes(self, *p) -> Any:
-        return self._m("delayer_delay_count")
-
-    track_delay_passes.unit = "rank passes"
-
-    def track_ttft_ms_p50(self, *p) -> Any:
-        return self._m("ttft_ms_p50")
-
-    track_ttft_ms_p50.unit = "ms (simulated)"
-
-    def track_ttft_ms_p99(self, *p) -> Any:
-        return self._m("ttft_ms_p99")
-
-    track_ttft_ms_p99.unit = "ms (simulated)"
-
-    def track_tpot_ms_p99(self, *p) -> Any:
-        return self._m("tpot_ms_p99")
-
-    track_tpot_ms_p99.unit = "ms (simulated)"
-
-    def track_itl_ms_p99(self, *p) -> Any:
-        return self._m("itl_ms_p99")
-
-    track_itl_ms_p99.unit = "ms (simulated)"
-
-    def track_goodput_requests_per_s(self, *p) -> Any:
-        return self._m("goodput_requests_per_s")
-
-    track_goodput_requests_per_s.unit = "req/s meeting TTFT ≤ 2 s and TPOT ≤ 100 ms (simulated)"
-
-    def track_output_tokens_per_s(self, *p) -> Any:
-        return self._m("output_tokens_per_s")
-
-    track_output_tokens_per_s.unit = "tok/s (simulated)"
-
-    def track_request_throughput(self, *p) -> Any:
-        return self._m("request_throughput_req_per_s")
-
-    track_request_throughput.unit = "req/s (simulated)"
-
-    def track_kv_utilization_max(self, *p) -> Any:
-        return self._m("kv_utilization_max")
-
-    track_kv_utilization_max.unit = "fraction"
-
-    def track_requests_finished_count(self, *p) -> Any:
-        return self._m("requests_finished_count")
-
-    # with kv_pool_occupied_max and the seed count, what regime a published setting shows
-    track_requests_finished_count.unit = "requests finished per run"
-
-    def track_kv_pool_occupied_max(self, *p) -> Any:
-        return self._m("kv_pool_occupied_max")
-
-    track_kv_pool_occupied_max.unit = "fraction (evictable entries included)"
-
-    def track_retractions(self, *p) -> Any:
-        return self._m("retractions_count")
-
-    track_retractions.unit = "requests"
-
-    def track_rank_tokens_imbalance(self, *p) -> Any:
-        return self._m("rank_tokens_imbalance")
-
-    track_rank_tokens_imbalance.unit = "max/mean over DP ranks"
-
-    def track_rank_idle_while_others_wait_fraction(self, *p) -> Any:
-        return self._m("rank_idle_while_others_wait_fraction")
-
-    track_rank_idle_while_others_wait_fraction.unit = "fraction of working steps"
 
 
 HEADLINE_SPEC = "long-prompt-burst"
@@ -250,7 +128,8 @@ HEADLINE_REQUESTS = 1024
 HEADLINE_SEEDS = (0, 1, 2, 3, 4)
 
 
-class TwinHeadline(TwinHighKV):
+@tracks(seed_tracks())
+class TwinHeadline(SeedRuns):
     """The README's headline settings: the full long-prompt-burst (1,024 requests) at DP 4 and
     8, chunk 8192 and 16384, delayer on, 5 seeds. Every track returns the per-seed values in
     seed order, so two commits compare seed by seed (asv's --record-samples keeps them):
@@ -264,48 +143,39 @@ class TwinHeadline(TwinHighKV):
     version = "twin-headline-1"
 
     def setup_cache(self) -> dict[str, Any]:
-        try:
-            require_sglang(TWIN_COMPONENTS)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-
-        def one(dp: int, chunk: str, seed: int) -> dict[str, Any]:
-            result = _run(
-                HEADLINE_SPEC, dp, "on", HEADLINE_REQUESTS, chunk=CHUNK_SIZES[chunk], seed=seed
-            )
-            key = f"headline-{_key(HEADLINE_SPEC, dp, chunk, 'on', seed)}"
-            save_run("twin", key, result)
-            return {"metrics": result["metrics"]}
-
-        return cache_settings(
-            (
-                (f"{dp}-{chunk}-{seed}", lambda k=(dp, chunk, seed): one(*k))
-                for dp, chunk, seed in itertools.product(
-                    self.params[0], self.params[1], HEADLINE_SEEDS
-                )
-            ),
-            jobs=bench_jobs(),
+        return bench.headline(
+            self.params, HEADLINE_SEEDS, spec=HEADLINE_SPEC, requests=HEADLINE_REQUESTS
         )
 
     setup_cache.timeout = 7200
 
     def setup(self, cache, dp_size, chunked_prefill) -> None:
-        self.runs = [cached(cache, f"{dp_size}-{chunked_prefill}-{s}") for s in HEADLINE_SEEDS]
+        self.runs = entries(cache, (dp_size, chunked_prefill), HEADLINE_SEEDS)
         self.delayer = "on"
 
 
 CAPACITY_SPEC = "long-context-chat"  # gamma arrivals: a load with an SLO edge (bursts have none)
 CAPACITY_REQUESTS = 300
 CAPACITY_SEEDS = (0, 1, 2)
-CAPACITY_ATTAINMENT = 0.95  # of requests within dpbench.twin.capacity.BENCH_SLO
+CAPACITY_ATTAINMENT = 0.95  # of requests within the suite's SLO
 CAPACITY_RANGE = (1 / 16, 4.0, 4)  # lo, hi (× the spec's rate), bisection halvings
 
 
+@tracks(
+    {
+        "capacity_at_slo": slo_track(
+            "capacity_at_slo", "× long-context-chat's rate (95 % within {slo})", SUITE_SLO
+        ),
+        "capacity_search_wall_s": Track(
+            "capacity_search_wall_s", "s (wall, summed over 3 seeds' searches of 6 runs)"
+        ),
+    }
+)
 class TwinCapacity:
     """Capacity at SLO (dpbench.twin.capacity): the highest offered rate, as a multiple of
-    long-context-chat's, at which 95 % of 300 requests meet TTFT ≤ 5 s and TPOT ≤ 250 ms, by
-    bisection over the twin at DP 4 and 8, per seed (paired between commits); and what the
-    search cost in wall time. The main job runs it on the placement change's pair."""
+    long-context-chat's, at which 95 % of 300 requests meet the suite's SLO, by bisection over
+    the twin at DP 4 and 8, per seed (paired between commits); and what the search cost in
+    wall time. The main job runs it on the placement change's pair."""
 
     params: ClassVar[list[list[int]]] = [[4, 8]]
     param_names: ClassVar[list[str]] = ["dp_size"]
@@ -313,77 +183,40 @@ class TwinCapacity:
     version = "twin-capacity-1"  # the same seeds and numbers when searched per (DP, seed)
 
     def setup_cache(self) -> dict[str, Any]:
-        import time
-
-        from dpbench.twin.capacity import BENCH_SLO, capacity_release
-        from dpbench.twin.sweep import arm_base_config
-
-        try:
-            require_sglang(TWIN_COMPONENTS)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-        lo, hi, steps = CAPACITY_RANGE
-
-        def one(dp: int, seed: int) -> dict[str, Any]:
-            t0 = time.perf_counter()
-            found = capacity_release(
-                CAPACITY_SPEC,
-                seeds=[seed],
-                dps=[dp],
-                chunks=[8192],
-                requests=CAPACITY_REQUESTS,
-                base=arm_base_config(BENCH_SLO),
-                attainment=CAPACITY_ATTAINMENT,
-                lo=lo,
-                hi=hi,
-                steps=steps,
-            )
-            return {"rows": found["rows"], "wall_s": time.perf_counter() - t0}
-
-        # one search per (DP, seed): the DP-8 searches are the long ones, so these share
-        # the cores better than one setting per DP size
-        return cache_settings(
-            (
-                (f"{dp}-{seed}", lambda k=(dp, seed): one(*k))
-                for dp, seed in itertools.product(self.params[0], CAPACITY_SEEDS)
-            ),
-            jobs=bench_jobs(),
+        return bench.capacity(
+            self.params,
+            CAPACITY_SEEDS,
+            spec=CAPACITY_SPEC,
+            requests=CAPACITY_REQUESTS,
+            attainment=CAPACITY_ATTAINMENT,
+            rates=CAPACITY_RANGE,
         )
 
     setup_cache.timeout = 7200
 
     def setup(self, cache, dp_size) -> None:
-        searches = [cached(cache, f"{dp_size}-{seed}") for seed in CAPACITY_SEEDS]
-        self.found = {
-            "rows": [row for f in searches for row in f["rows"]],
-            "wall_s": sum(f["wall_s"] for f in searches),
-        }
+        self.searches = entries(cache, (dp_size,), CAPACITY_SEEDS)
 
-    def track_capacity_at_slo(self, cache, dp_size) -> Any:
-        caps = [r["capacity"] for r in self.found["rows"] if r["bound"] == "bracket"]
-        if len(caps) != len(self.found["rows"]):  # an edge outside the range: not a number
-            raise ValueError(
-                f"capacity outside the searched range for seeds "
-                f"{[r['seed'] for r in self.found['rows'] if r['bound'] != 'bracket']}: "
-                f"{[r['bound'] for r in self.found['rows']]}; widen CAPACITY_RANGE"
-            )
-        return {"samples": caps, "number": 1}
-
-    track_capacity_at_slo.unit = "× long-context-chat's rate (95 % within TTFT 5 s, TPOT 250 ms)"
-
-    def track_capacity_search_wall_s(self, cache, dp_size) -> float:
-        return self.found["wall_s"]
-
-    track_capacity_search_wall_s.unit = "s (wall, summed over 3 seeds' searches of 6 runs)"
+    def read(self, row: Track) -> Any:
+        check_slo(row, self.searches)
+        if row.metric == "capacity_at_slo":
+            return {"samples": bench.capacity_samples(self.searches), "number": 1}
+        return sum(s["wall_s"] for s in self.searches)
 
 
 LOAD_RATES = [0.25, 0.5, 1.0, 2.0]  # × long-context-chat's rate
 
 
-class TwinLoad(TwinHighKV):
+@tracks(
+    {
+        **seed_tracks(),
+        "slo_attainment": slo_track("slo_attainment", "fraction within {slo}", SUITE_SLO),
+    }
+)
+class TwinLoad(SeedRuns):
     """Latency against offered load: long-context-chat (300 requests, DP 4, 3 seeds) at 0.25 …
     2 × its rate, TTFT p99, TPOT p99, goodput and SLO attainment per rate (the dashboard's
-    latency-load chart: one line per commit, the SLO drawn: dpbench.twin.capacity.BENCH_SLO)."""
+    latency-load chart: one line per commit, the suite's SLO drawn)."""
 
     params: ClassVar[list[list[float]]] = [LOAD_RATES]
     param_names: ClassVar[list[str]] = ["rate_scale"]
@@ -391,52 +224,38 @@ class TwinLoad(TwinHighKV):
     version = "twin-load-1"
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench.twin.capacity import BENCH_SLO
-        from dpbench.twin.config import make_config
-        from dpbench.twin.run import run_twin
-
-        try:
-            require_sglang(TWIN_COMPONENTS)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-
-        def one(rate: float, seed: int) -> dict[str, Any]:
-            config = make_config(
-                dp_size=4,
-                rate_scale=rate,
-                rank_mode="threads",
-                record_timeline=False,
-                deadline_s=900.0,
-                **BENCH_SLO,
-            )
-            result = run_twin(CAPACITY_SPEC, config, num_requests=CAPACITY_REQUESTS, seed=seed)
-            save_run("twin", f"load-{CAPACITY_SPEC}-dp4-rate{rate:g}-seed{seed}", result)
-            return {"metrics": result["metrics"]}
-
-        return cache_settings(
-            (
-                (f"{rate}-{seed}", lambda k=(rate, seed): one(*k))
-                for rate, seed in itertools.product(LOAD_RATES, CAPACITY_SEEDS)
-            ),
-            jobs=bench_jobs(),
+        return bench.load(
+            self.params, CAPACITY_SEEDS, spec=CAPACITY_SPEC, dp=4, requests=CAPACITY_REQUESTS
         )
 
     setup_cache.timeout = 7200
 
     def setup(self, cache, rate_scale) -> None:
-        self.runs = [cached(cache, f"{rate_scale}-{s}") for s in CAPACITY_SEEDS]
+        self.runs = entries(cache, (rate_scale,), CAPACITY_SEEDS)
         self.delayer = "on"
-
-    def track_slo_attainment(self, *p) -> Any:
-        return self._m("slo_attainment")
-
-    track_slo_attainment.unit = "fraction within TTFT 5 s and TPOT 250 ms"
 
 
 FidelityDp = Literal[2, 4]
 
 
-class TwinOnServerScenario(TwinHighKV):
+def scenario_tracks() -> dict[str, Track]:
+    """:func:`seed_tracks` as plain numbers of one run, and the delayer's verdict fractions."""
+    rows = {
+        **seed_tracks(),
+        "delayer_delay_fraction": Track("delayer_delay_fraction", "fraction of outcomes"),
+        "delayer_delay_fraction_prefillable": Track(
+            "delayer_delay_fraction_prefillable", "fraction of outcomes with a prefillable rank"
+        ),
+    }
+    # a metric only the delayer produces: NaN (not measured) with it off
+    return {
+        name: replace(row, delayer_only=row.delayer_only or row.metric.startswith("delayer_"))
+        for name, row in rows.items()
+    }
+
+
+@tracks(scenario_tracks())
+class TwinOnServerScenario(OneRun):
     """The twin on exactly the simulated-forward server's asv scenario (spec and its own seed,
     DP size, global chunk size, delayer; one GPU per DP rank as the server's cost model), so
     the dashboard's fidelity view can put the two side by side per commit. One run each (the
@@ -453,63 +272,30 @@ class TwinOnServerScenario(TwinHighKV):
     version = "twin-on-server-scenario-2"  # 2: batch_is_full reset after a chunk (as SGLang)
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench.twin.config import make_config
-        from dpbench.twin.run import run_twin
-
-        try:
-            require_sglang(TWIN_COMPONENTS)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-
-        def one(dp: int, delayer: str) -> dict[str, Any]:
-            config = make_config(
-                dp_size=dp,
-                tp_size=dp,
-                enable_prefill_delayer=delayer == "on",
-                chunked_prefill_size=FIDELITY_CHUNKED_PREFILL,
-                rank_mode="threads",
-                record_timeline=False,
-                deadline_s=900.0,
-            )
-            result = run_twin(FIDELITY_SPEC, config)
-            save_run("twin", _scenario_key(FIDELITY_SPEC, dp, delayer), result)
-            return result
-
-        return cache_settings(
-            (
-                (_scenario_key(FIDELITY_SPEC, dp, d), lambda dp=dp, d=d: one(dp, d))
-                for dp in get_args(FidelityDp)
-                for d in get_args(DelayerMode)
-            ),
-            jobs=bench_jobs(),
-        )
+        return bench.on_server_scenario(self.params, chunk=FIDELITY_CHUNKED_PREFILL)
 
     setup_cache.timeout = 1800
 
     def setup(self, cache, spec, dp_size, delayer) -> None:
-        self.result = cached(cache, _scenario_key(spec, dp_size, delayer))
+        self.result = entry(cache, (spec, dp_size, delayer))
         self.delayer = delayer
-
-    def _m(self, name: str) -> Any:
-        if name in DELAYER_ONLY or name.startswith("delayer_"):
-            return delayer_metric(self.result, name, self.delayer)
-        return metric(self.result, name)
-
-    def track_delayer_delay_fraction(self, *p) -> float:
-        return self._m("delayer_delay_fraction")
-
-    track_delayer_delay_fraction.unit = "fraction of outcomes"
-
-    def track_delayer_delay_fraction_prefillable(self, *p) -> float:
-        return self._m("delayer_delay_fraction_prefillable")
-
-    track_delayer_delay_fraction_prefillable.unit = "fraction of outcomes with a prefillable rank"
 
 
 RankMode = Literal["threads", "processes"]
+SCALE_REQUESTS = 2000
 
 
-class TwinScale:
+@tracks(
+    {
+        "wall_time_s": Track("wall_time_s", "s (wall, incl. SGLang import)"),
+        "passes_per_s": Track("passes_per_s", "lockstep passes/s (wall)"),
+        "pass_wall_over_rank_work": Track(
+            "pass_wall_over_rank_work", "ratio (wall / summed rank CPU)"
+        ),
+        "scheduler_pass_us_p50": Track("scheduler_pass_us_p50", "us (wall)"),
+    }
+)
+class TwinScale(OneRun):
     """4 ranks × 2,000 requests of long-prompt-burst in each rank mode: wall time, passes/s, and the
     pass's wall time over the ranks' summed own work (target ≤ 2 for threads; identical simulated
     numbers in both modes are a test, not a benchmark)."""
@@ -520,43 +306,12 @@ class TwinScale:
     version = "twin-scale-3"  # 3: batch_is_full reset after a chunk (as SGLang)
 
     def setup_cache(self) -> dict[str, Any]:
-        try:
-            require_sglang(TWIN_COMPONENTS)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-        out: dict[str, Any] = {}
-        for mode in get_args(RankMode):
-            result = _run("long-prompt-burst", 4, "on", SCALE_REQUESTS, rank_mode=mode)
-            save_run("twin", f"scale-long-prompt-burst-dp4-2000-{mode}", result)
-            out[mode] = {"metrics": result["metrics"], "wall_time_s": result["wall_time_s"]}
-        return out
+        return bench.scale(self.params[0], spec="long-prompt-burst", dp=4, requests=SCALE_REQUESTS)
 
     setup_cache.timeout = 1800
 
     def setup(self, cache: dict[str, Any], rank_mode: str) -> None:
-        if "skip" in cache:
-            raise NotImplementedError(cache["skip"])
-        self.run = cache[rank_mode]
-
-    def track_wall_time_s(self, cache: dict[str, Any], rank_mode: str) -> float:
-        return self.run["wall_time_s"]
-
-    track_wall_time_s.unit = "s (wall, incl. SGLang import)"
-
-    def track_passes_per_s(self, cache: dict[str, Any], rank_mode: str) -> float:
-        return metric(self.run, "passes_per_s")
-
-    track_passes_per_s.unit = "lockstep passes/s (wall)"
-
-    def track_pass_wall_over_rank_work(self, cache: dict[str, Any], rank_mode: str) -> float:
-        return metric(self.run, "pass_wall_over_rank_work")
-
-    track_pass_wall_over_rank_work.unit = "ratio (wall / summed rank CPU)"
-
-    def track_scheduler_pass_us_p50(self, cache: dict[str, Any], rank_mode: str) -> float:
-        return metric(self.run, "scheduler_pass_us_p50")
-
-    track_scheduler_pass_us_p50.unit = "us (wall)"
+        self.result = entry(cache, (rank_mode,))
 
 
 class SchedulerPass:
@@ -570,8 +325,8 @@ class SchedulerPass:
     timeout = 300
 
     def setup(self) -> None:
-        require_sglang(TWIN_COMPONENTS)
-        from dpbench.twin.bench import admission_pass, saturated_rank
+        require_sglang(bench.TWIN_COMPONENTS)
+        from dpbench.twin.saturated import admission_pass, saturated_rank
 
         self.rank, self.close = saturated_rank()
         self.one_pass = admission_pass
@@ -589,9 +344,16 @@ TraceDispatch = Literal["round_robin", "cache_aware"]
 TRACE_SPEC = "mooncake-conversation"  # windows of the shared Mooncake trace
 TRACE_WINDOWS = (0, 1, 2)  # disjoint 2-minute windows of the trace: a real trace's repeats
 TRACE_REQUESTS = 96  # the first requests of each window, for a 2-core main job
+TRACE_TRACKS = {
+    **seed_tracks(),
+    "prefix_hit_rate": Track(
+        "prefix_hit_rate", "fraction of prompt tokens found in the rank's radix cache"
+    ),
+}
 
 
-class TwinProductionTrace(TwinHighKV):
+@tracks(TRACE_TRACKS)
+class TwinProductionTrace(SeedRuns):
     """Real traffic: windows of Mooncake's Kimi conversation trace (its arrivals, lengths and
     prefix sharing) at DP 4, dispatched round robin (SGLang's default) or cache-aware (SGLang's
     router in front), delayer on (``TwinProductionTraceDp8``: the same at DP 8). Samples are the
@@ -605,52 +367,28 @@ class TwinProductionTrace(TwinHighKV):
     version = "twin-production-trace-1"
 
     def setup_cache(self) -> dict[str, Any]:
-        from dpbench.twin.config import make_config
-        from dpbench.twin.run import run_twin
-
-        from .workloads import trace_path
-
-        try:
-            trace_path("mooncake")
-            require_sglang(TWIN_COMPONENTS)
-        except NotImplementedError as exc:
-            return {"skip": str(exc)}
-
-        def one(dp: int, dispatch: str, window: int) -> dict[str, Any]:
-            config = make_config(
-                dp_size=dp,
-                dispatch=dispatch,
-                rank_mode="threads",
-                record_timeline=False,
-                deadline_s=900.0,
-            )
-            result = run_twin(TRACE_SPEC, config, num_requests=TRACE_REQUESTS, seed=window)
-            save_run("twin", f"{TRACE_SPEC}-dp{dp}-{dispatch}-window{window}", result)
-            return {"metrics": result["metrics"]}
-
-        return cache_settings(
-            (
-                (f"{dp}-{d}-{w}", lambda k=(dp, d, w): one(*k))
-                for dp, d, w in itertools.product(self.params[0], self.params[1], TRACE_WINDOWS)
-            ),
-            jobs=bench_jobs(),
+        return bench.production_trace(
+            self.params, TRACE_WINDOWS, spec=TRACE_SPEC, requests=TRACE_REQUESTS
         )
 
     setup_cache.timeout = 7200
 
     def setup(self, cache, dp_size, dispatch) -> None:
-        self.runs = [cached(cache, f"{dp_size}-{dispatch}-{w}") for w in TRACE_WINDOWS]
+        self.runs = entries(cache, (dp_size, dispatch), TRACE_WINDOWS)
         self.delayer = "on"
 
-    def track_prefix_hit_rate(self, *p) -> Any:
-        return self._m("prefix_hit_rate")
 
-    track_prefix_hit_rate.unit = "fraction of prompt tokens found in the rank's radix cache"
-
-
+@tracks(TRACE_TRACKS)
 class TwinProductionTraceDp8(TwinProductionTrace):
     """:class:`TwinProductionTrace` at DP 8 (2-3× its cost on two cores: the main job leaves it
-    to ``asv run -b TwinProductionTraceDp8``)."""
+    to ``asv run -b TwinProductionTraceDp8``). Its own cache (asv shares one per function)."""
 
     params: ClassVar[tuple[list[Any], ...]] = ([8], list(get_args(TraceDispatch)))
     version = "twin-production-trace-dp8-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        return bench.production_trace(
+            self.params, TRACE_WINDOWS, spec=TRACE_SPEC, requests=TRACE_REQUESTS
+        )
+
+    setup_cache.timeout = 7200

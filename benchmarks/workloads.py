@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar, Literal, get_args
 
+from .common import require_trace
+
 SpecName = Literal[
     "long-prompt-burst", "long-context-chat", "agentic-multiturn", "balanced-baseline"
 ]
@@ -80,25 +82,6 @@ class KVPlanning:
 
 
 TraceFormat = Literal["mooncake", "azure"]
-TRACE_FILES = {  # under ../shared/traces/ (not shipped: see the README, "Production traces")
-    "mooncake": "mooncake-fast25/conversation_trace.jsonl",
-    "azure": "azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
-}
-
-
-def trace_path(fmt: str) -> Path:
-    """The shared copy of a production trace; skip (asv: NotImplementedError) where it is not
-    on this machine, naming the file and where to get it."""
-    from dpbench.core.paths import shared_traces_dir
-    from dpbench.workload.importers.source import READERS
-
-    path = shared_traces_dir() / TRACE_FILES[fmt]
-    if not path.is_file():
-        raise NotImplementedError(
-            f"needs the {fmt} trace at {path} (from {READERS[fmt].UPSTREAM}; $DPBENCH_TRACES "
-            f"names another folder)"
-        )
-    return path
 
 
 class TraceImport:
@@ -114,7 +97,7 @@ class TraceImport:
 
         if fmt not in get_args(TraceFormat):
             raise ValueError(f"format must be one of {get_args(TraceFormat)}; found {fmt!r}")
-        self.source = TraceSource(fmt, str(trace_path(fmt)))
+        self.source = TraceSource(fmt, require_trace(fmt))
         self.tmp = Path(tempfile.mkdtemp(prefix="dpbench-import-"))
 
     def teardown(self, fmt: str) -> None:

@@ -1,4 +1,5 @@
-"""The asv suites' metric reading: a delayer metric is NaN only when the delayer was off."""
+"""The asv suites' glue and the settings' runner behind it: a delayer metric is NaN only when
+the delayer was off; settings keep what ran when one fails or is unsupported."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def test_a_delayer_metric_in_a_delayer_off_run_is_an_error():
 def test_completed_settings_are_kept_when_a_later_one_fails_or_is_unsupported():
     """One failing setting fails only its benchmark; an unsupported shape skips it and the rest;
     what ran before either is kept (asv reads it as usual)."""
-    from benchmarks.common import SettingFailed, cache_settings, cached
+    from benchmarks.common import SettingFailed, cached
+    from dpbench.core.asvcache import run_settings
     from dpbench.sglang_compat.detect import UnsupportedSGLang
 
     ran: list[str] = []
@@ -47,9 +49,10 @@ def test_completed_settings_are_kept_when_a_later_one_fails_or_is_unsupported():
     def unsupported():
         raise UnsupportedSGLang("SGLang 9.9: PrefillAdder.add_one_req has no known shape")
 
-    cache = cache_settings(
+    cache = run_settings(
         [("a", lambda: ok("a")), ("b", boom), ("c", lambda: ok("c")), ("d", unsupported),
-         ("e", lambda: ok("e"))]
+         ("e", lambda: ok("e"))],
+        skip_on=(UnsupportedSGLang,),
     )  # fmt: skip
     assert ran == ["a", "c"]  # e never ran: the same SGLang keeps the unknown shape
     assert cached(cache, "a") == cached(cache, "c") == {"metrics": {"m": {"value": 1.0}}}
@@ -89,11 +92,14 @@ def test_settings_run_side_by_side_give_what_one_at_a_time_gives():
     with a process that died named as its setting's failure."""
     import os
 
-    from benchmarks.common import SettingFailed, cache_settings, cached
+    from benchmarks.common import SettingFailed, cached
+    from dpbench.core.asvcache import run_settings
+    from dpbench.sglang_compat.detect import UnsupportedSGLang
 
     parent = os.getpid()
-    serial = cache_settings([s for s in _settings(parent) if s[0] != "x"])
-    forked = cache_settings(_settings(parent), jobs=2)
+    skip = (UnsupportedSGLang,)
+    serial = run_settings([s for s in _settings(parent) if s[0] != "x"], skip_on=skip)
+    forked = run_settings(_settings(parent), jobs=2, skip_on=skip)
     assert list(forked) == ["a", "b", "c", "x", "d", "e"]
     assert cached(forked, "a")["forked"] and cached(forked, "c")["forked"]
     assert not cached(serial, "a")["forked"]
@@ -109,7 +115,7 @@ def test_settings_run_side_by_side_give_what_one_at_a_time_gives():
 
 
 def test_bench_jobs_reads_its_variable_and_names_a_bad_value(monkeypatch):
-    from benchmarks.common import bench_jobs
+    from dpbench.core.asvcache import bench_jobs
 
     monkeypatch.setenv("DPBENCH_BENCH_JOBS", "3")
     assert bench_jobs() == 3

@@ -94,7 +94,7 @@ def test_the_compare_page_draws_latency_against_load_a_line_per_commit_with_the_
     from asv.runner import BenchmarkResult
 
     from dpbench.dashboard.build import build_site
-    from dpbench.twin.capacity import BENCH_SLO
+    from dpbench.metrics.latency import Slo
 
     monkeypatch.setattr(Machine, "hardcoded_machine_name", "box")
     results = tmp_path / "results"
@@ -145,5 +145,5 @@ def test_the_compare_page_draws_latency_against_load_a_line_per_commit_with_the_
         assert p["traces"][0]["x"] == [0.25, 0.5, 1.0, 2.0]
         assert p["traces"][0]["y"] == pytest.approx(values)  # asv's median of the seeds
         assert p["traces"][1]["y"] == pytest.approx([v * 0.8 for v in values])
-    assert by["ttft_ms_p99"]["slo"] == [BENCH_SLO["slo_ttft_ms"]]
-    assert by["tpot_ms_p99"]["slo"] == [BENCH_SLO["slo_tpot_ms"]]
+    assert by["ttft_ms_p99"]["slo"] == [Slo().ttft_ms]
+    assert by["tpot_ms_p99"]["slo"] == [Slo().tpot_ms]

@@ -61,7 +61,7 @@ def test_slo_attainment_is_the_fraction_of_completed_requests_meeting_both_slos(
         RequestLatency(0.5, 30.5, [], 11),  # TPOT 3 s
         RequestLatency(0.5, 0.5, [], 1),  # one token: no TPOT, meets
     ]
-    m = latency_metrics(reqs, 10.0, Slo())
+    m = latency_metrics(reqs, 10.0, Slo(ttft_ms=2000, tpot_ms=100))
     assert m["slo_attainment"].value == pytest.approx(0.5)
     assert m["goodput_requests_per_s"].value == pytest.approx(0.2)
     assert "slo_attainment" not in latency_metrics([], 10.0)  # nothing completed: absent

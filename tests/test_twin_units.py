@@ -287,7 +287,12 @@ def test_asv_track_values_are_seed_samples_and_nan_when_unmeasured(monkeypatch):
     """asv 0.6.6 turns {"samples", "number"} into a median with a 99 % interval; unmeasured is NaN, not 0."""
     import math
     import sys
+    from dataclasses import asdict
     from pathlib import Path
+
+    from dpbench.core.asvcache import setting_key
+    from dpbench.metrics.latency import Slo
+    from dpbench.twin import bench
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     sys.modules.pop("benchmarks.twin", None)
@@ -297,23 +302,24 @@ def test_asv_track_values_are_seed_samples_and_nan_when_unmeasured(monkeypatch):
         m = {"dp_mixed_step_fraction": {"value": mixed}}
         if delayer:
             m["false_prefillable_reports_count"] = {"value": 3}
-        return {"metrics": m}
+        return {"metrics": m, "slo": asdict(Slo())}
 
+    setting = ("long-prompt-burst", 4, "2x")
     keys = {
-        bt._key("long-prompt-burst", 4, "2x", d, s): run(0.1 * (s + 1), d == "on")
+        setting_key(*setting, d, s): run(0.1 * (s + 1), d == "on")
         for d in ("on", "off")
         for s in bt.SEEDS
     }
     on, off = bt.TwinHighKV(), bt.TwinHighKV()
-    on.setup(keys, "long-prompt-burst", 4, "2x", "on")
-    off.setup(keys, "long-prompt-burst", 4, "2x", "off")
-    got = on.track_dp_mixed_step_fraction(keys, "long-prompt-burst", 4, "2x", "on")
+    on.setup(keys, *setting, "on")
+    off.setup(keys, *setting, "off")
+    got = on.track_dp_mixed_step_fraction(keys, *setting, "on")
     assert got == {"samples": [0.1 * (s + 1) for s in bt.SEEDS], "number": 1}
     assert on.track_false_prefillable_reports()["samples"] == [3.0] * len(bt.SEEDS)
     assert math.isnan(off.track_false_prefillable_reports())
-    assert "chunk16384" in bt._key("long-prompt-burst", 4, "2x", "on", 0)
+    assert "chunk16384" in bench.run_name("long-prompt-burst", 4, "2x", "on", 0)
     with pytest.raises(ValueError, match="chunked_prefill must be one of"):
-        bt._key("long-prompt-burst", 4, "3x", "on", 0)
+        bench.run_name("long-prompt-burst", 4, "3x", "on", 0)
 
 
 def test_physical_topology_splits_attention_and_charges_mixed_steps():

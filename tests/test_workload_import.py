@@ -421,10 +421,12 @@ def test_the_cli_writes_nothing_on_bad_input(tmp_path):
 
 
 def test_the_trace_benchmarks_skip_naming_the_missing_file(tmp_path, monkeypatch):
+    from benchmarks.server import SimulatedProductionTrace
     from benchmarks.twin import TwinProductionTrace
-    from benchmarks.workloads import TraceImport, trace_path
+    from benchmarks.workloads import TraceImport
+    from dpbench.workload.importers.source import shared_trace
 
-    assert trace_path("mooncake") == MOONCAKE
+    assert shared_trace("mooncake") == MOONCAKE
     monkeypatch.setenv("DPBENCH_TRACES", str(tmp_path))
     want = (
         rf"needs the mooncake trace at {tmp_path}/mooncake-fast25/conversation_trace\.jsonl "
@@ -435,6 +437,9 @@ def test_the_trace_benchmarks_skip_naming_the_missing_file(tmp_path, monkeypatch
     cache = TwinProductionTrace().setup_cache()  # skips before any SGLang is needed
     with pytest.raises(NotImplementedError, match=want):
         TwinProductionTrace().setup(cache, 4, "round_robin")
+    cache = SimulatedProductionTrace().setup_cache()  # before SGLang's hooks are checked
+    with pytest.raises(NotImplementedError, match=want):
+        SimulatedProductionTrace().setup(cache, "mooncake-conversation-small", 2, "on")
 
 
 # -- `dpbench workload import`: each bad input in one line, named by the flag typed --------

@@ -38,7 +38,7 @@ from typing import Any
 
 from dpbench.dashboard import metrics
 from dpbench.dashboard.loaders import Loaded
-from dpbench.twin.capacity import BENCH_SLO
+from dpbench.metrics.latency import Slo
 from dpbench.twin.stats import t_quantile_975
 
 # The placement tier's codes (dpbench.placement.probe.PLACEMENT_CODES), decoded here.
@@ -298,11 +298,8 @@ def build_model(loaded: Loaded, history: list[dict[str, Any]]) -> dict[str, Any]
         "unknown_directions": unknown,
         "charts": out_charts,
         "problems": problems,
-        # the SLO the load benchmarks hold: the latency-load charts draw it
-        "load_slo": {
-            "ttft_ms_p99": BENCH_SLO["slo_ttft_ms"],
-            "tpot_ms_p99": BENCH_SLO["slo_tpot_ms"],
-        },
+        # the suite's SLO (every benchmark's): the latency-load charts draw it
+        "load_slo": {"ttft_ms_p99": Slo().ttft_ms, "tpot_ms_p99": Slo().tpot_ms},
         # the summary's sections, answer first (metrics.SECTION_ORDER): the pages use this order
         "section_order": sorted(
             {c["section"] for c in out_charts if c.get("section")}, key=metrics.section_rank

@@ -4,5 +4,6 @@ Modules: ``cases`` (what is launched, its bytes and FLOPs), ``inputs`` (random t
 SGLang's KV-pool layout), ``reference`` (float32/float64 PyTorch attention), ``verify``
 (correct before timed), ``timing`` (the one do_bench-style timing function), ``ceilings``
 (copy bandwidth and matmul rate measured in the same run), ``run`` (a sweep),
-``calibration`` (the file the twin reads), ``cli`` (`dpbench kernels …`).
+``calibration`` (the file the twin reads), ``bench`` (what the asv benchmarks measure once per
+environment), ``cli`` (`dpbench kernels …`).
 """

@@ -5,6 +5,6 @@ Modules: ``config`` (run config → checked ``launch_server`` command), ``launch
 ``loadgen`` (arrival schedule, concurrency, loop-lag monitor), ``stats`` (client
 metrics), ``metrics`` (Prometheus deltas), ``run`` (one whole run, read top to bottom
 through ``options``, ``prepare``, ``simlaunch``, ``lifetime``, ``replay_result`` and
-``sim_steps``), ``protocol_double`` (a protocol test double of SGLang's HTTP API for tests
+``sim_steps``), ``bench`` (the runs behind the server's asv benchmarks), ``protocol_double`` (a protocol test double of SGLang's HTTP API for tests
 and client benchmarks), ``cli``.
 """

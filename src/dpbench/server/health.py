@@ -193,6 +193,48 @@ IMPLIES = {
 }
 
 
+# Which scope each metric of a run needs valid, by name prefix (first table that matches wins);
+# a replay whose instrument spoiled a metric's scope is left out of that metric's samples.
+SCOPE_PREFIXES: tuple[tuple[str | None, tuple[str, ...]], ...] = (
+    # the instrument's own readings: always kept
+    (None, ("device_idle", "pickup", "first_token_return", "server_startup", "errors")),
+    (
+        "decisions",
+        ("dp_mixed", "decode_rank", "dp_coop", "delayer_", "kv_pool", "rank_", "steps_", "false_"),
+    ),
+    ("scheduling", ("scheduler_ttft", "simulated_step")),
+    (
+        "client",
+        (
+            "ttft",
+            "tpot",
+            "itl",
+            "e2e",
+            "goodput",
+            "request_throughput",
+            "output_tokens",
+            "prefix_hit",
+        ),
+    ),
+)
+
+
+def metric_scope(name: str) -> str | None:
+    """The scope (of :data:`SCOPES`) a metric's value needs valid, or None: kept whatever the
+    instrument's health."""
+    for scope, prefixes in SCOPE_PREFIXES:
+        if name.startswith(prefixes):
+            return scope
+    return None
+
+
+def counts(name: str, health: dict[str, Any]) -> bool:
+    """Whether a run's value of metric ``name`` counts, given its instrument's verdicts
+    (:meth:`Health.as_dict`)."""
+    scope = metric_scope(name)
+    return scope is None or health.get(f"{scope}_valid", True)
+
+
 @dataclass
 class Health:
     spoiled: set[str] = field(default_factory=set)  # of SCOPES

@@ -4,5 +4,6 @@
   :mod:`.ranks` — the rank processes and the lockstep loop; :mod:`.cost` — the model of
   time; :mod:`.metrics` — what a run reports; :mod:`.run` — the entry point
   (``python -m dpbench.twin.run``); :mod:`.plot` — the timeline; :mod:`.cli` —
-  ``dpbench twin run``; :mod:`.bench` — a fixed rank for timing one pass.
+  ``dpbench twin run``; :mod:`.bench` — the runs behind the twin's asv benchmarks;
+  :mod:`.saturated` — a fixed rank for timing one pass.
 """

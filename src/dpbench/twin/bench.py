@@ -1,91 +1,266 @@
-"""A single twin rank in a fixed, KV-saturated state, for timing one scheduler pass (asv ``time_`` benchmark).
+"""The runs behind the twin tier's asv benchmarks (``benchmarks/twin.py``): one function per
+benchmark class, returning what its ``setup_cache`` keeps.
 
-The rank runs SGLang's real ``PrefillAdder`` and ``PrefillDelayer`` (over a gloo group
-of one process). Its running batch holds most of the KV pool and its waiting queue
-holds prompts that no longer fit, so every :func:`admission_pass` is the same pass:
-build the executor and the adder, ``add_one_req`` → ``NO_TOKEN``, ``finalize``, then
-the decode check. ``plan`` does not apply the step, so the state does not drift.
+Each function checks that the installed SGLang can drive the twin (else the whole cache is
+a skip), runs the class's settings side by side on the runner's cores
+(:func:`dpbench.core.asvcache.run_settings`), files each run result beside asv's results,
+and keys each setting by the class's parameter values and its seed or window
+(:func:`~dpbench.core.asvcache.setting_key`), the key ``benchmarks/common.py`` reads it
+back under. Run files keep the names the dashboard and asv's history know.
+
+Every run is judged by one SLO (``slo``, the suite's :class:`~dpbench.metrics.latency.Slo`
+unless a caller names another), and each entry records it, so a benchmark can check that
+its units name the SLO its numbers were judged by.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import itertools
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
-from dpbench.twin.config import SchedulerSettings
-from dpbench.twin.scheduler import RankScheduler, TrackedReq
+from dpbench.core.asvcache import bench_jobs, run_settings, save_run, setting_key, skipped
+from dpbench.metrics.latency import Slo
+from dpbench.sglang_compat.detect import UnsupportedSGLang
 
-KV_TOKENS = 100_000
+# The twin drives both the adder and the delayer; an unknown shape of either skips.
+TWIN_COMPONENTS = ("adder", "delayer")
+CHUNK_SIZES = {"default": 8192, "2x": 16384}  # global --chunked-prefill-size: H200's, twice it
+DELAYER_MODES = ("on", "off")
+DEADLINE_S = 900.0
+SUITE_SLO = Slo()
+
+Params = Sequence[Sequence[Any]]
 
 
-def saturated_rank(
-    *, running: int = 20, prompt: int = 4000, waiting: int = 16
-) -> tuple[RankScheduler, Callable[[], None]]:
-    """A rank whose KV pool is ~80 % full of decoding requests with ``waiting`` prompts that do not fit."""
-    import torch.distributed as dist
+def chunk_size(chunk: str) -> int:
+    if chunk not in CHUNK_SIZES:
+        raise ValueError(f"chunked_prefill must be one of {tuple(CHUNK_SIZES)}; found {chunk!r}")
+    return CHUNK_SIZES[chunk]
 
-    from dpbench.core.procs import free_port
-    from dpbench.sglang_compat import delayer as compat
-    from dpbench.sglang_compat.adder import AdderKit
-    from dpbench.sglang_compat.scheduling import (
-        delayer_needs_runtime_context,
-        resolve_scheduler_defaults,
+
+def delayer_on(delayer: str) -> bool:
+    if delayer not in DELAYER_MODES:
+        raise ValueError(f"delayer must be one of {DELAYER_MODES}; found {delayer!r}")
+    return delayer == "on"
+
+
+def run_name(spec: str, dp: int, chunk: str, delayer: str, seed: int) -> str:
+    """The run file of one seed of a (spec, DP, chunk, delayer) setting."""
+    return f"{spec}-dp{dp}-chunk{chunk_size(chunk)}-delayer_{delayer}-seed{seed}"
+
+
+def unsupported() -> str | None:
+    """Why the installed SGLang cannot drive the twin (a shape of its adder or delayer that
+    dpbench does not know), or None. Any other failure propagates: a broken environment."""
+    from dpbench.sglang_compat.provenance import provenance
+
+    try:
+        provenance(TWIN_COMPONENTS)
+    except UnsupportedSGLang as exc:
+        return str(exc)
+    return None
+
+
+def _run(
+    spec: str, slo: Slo, *, requests: int | None = None, seed: int | None = None, **values: Any
+) -> dict:
+    """One twin run in in-process ranks, no timeline, judged by ``slo``."""
+    from dpbench.twin.config import make_config
+    from dpbench.twin.run import run_twin
+
+    config = make_config(
+        rank_mode=values.pop("rank_mode", "threads"),
+        record_timeline=False,
+        deadline_s=DEADLINE_S,
+        slo_ttft_ms=slo.ttft_ms,
+        slo_tpot_ms=slo.tpot_ms,
+        **values,
     )
+    return run_twin(spec, config, num_requests=requests, seed=seed)
 
-    settings = SchedulerSettings()
-    owned = not dist.is_initialized()
-    if owned:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+
+def _kept(result: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a run: its metrics and the SLO they were judged by."""
+    return {"metrics": result["metrics"], "slo": result["extra"]["twin_config"]["slo"]}
+
+
+def _grid(settings: Iterable[tuple[Any, ...]], one: Callable[..., Any]) -> dict[str, Any]:
+    """``one(*setting)`` per setting, side by side, keyed by the setting; a skip if this SGLang
+    cannot drive the twin."""
+    why = unsupported()
+    if why is not None:
+        return skipped(why)
+    pairs = [(setting_key(*s), lambda s=s: one(*s)) for s in settings]
+    return run_settings(pairs, bench_jobs(), skip_on=(UnsupportedSGLang,))
+
+
+def _seeded(
+    spec: str, dp: int, chunk: str, delayer: str, seed: int, *, requests: int, slo: Slo, name: str
+) -> dict[str, Any]:
+    """One seed of a (spec, DP, chunk, delayer) setting, filed as ``name`` + its run name."""
+    result = _run(
+        spec,
+        slo,
+        requests=requests,
+        seed=seed,
+        dp_size=dp,
+        enable_prefill_delayer=delayer_on(delayer),
+        chunked_prefill_size=chunk_size(chunk),
+    )
+    save_run("twin", name + run_name(spec, dp, chunk, delayer, seed), result)
+    return _kept(result)
+
+
+def high_kv(params: Params, seeds: Sequence[int], *, requests: int, slo: Slo = SUITE_SLO) -> dict:
+    """Per (spec, DP size, chunk, delayer) and seed: one run of ``requests`` requests."""
+    one = functools.partial(_seeded, requests=requests, slo=slo, name="")
+    return _grid(itertools.product(*params, seeds), one)
+
+
+def headline(
+    params: Params, seeds: Sequence[int], *, spec: str, requests: int, slo: Slo = SUITE_SLO
+) -> dict:
+    """Per (DP size, chunk) and seed: ``spec`` with the delayer on (run files ``headline-…``)."""
+
+    def one(dp: int, chunk: str, seed: int) -> dict[str, Any]:
+        return _seeded(spec, dp, chunk, "on", seed, requests=requests, slo=slo, name="headline-")
+
+    return _grid(itertools.product(*params, seeds), one)
+
+
+def capacity(
+    params: Params,
+    seeds: Sequence[int],
+    *,
+    spec: str,
+    requests: int,
+    attainment: float,
+    rates: tuple[float, float, int],
+    slo: Slo = SUITE_SLO,
+) -> dict:
+    """Per DP size and seed: capacity at SLO (:mod:`dpbench.twin.capacity`) at chunk 8192,
+    bisecting between ``rates`` (lo, hi, halvings), and the search's wall time. One search per
+    (DP, seed): the DP-8 searches are the long ones, so these share the cores better than one
+    setting per DP size."""
+    from dpbench.twin.capacity import capacity_release
+    from dpbench.twin.sweep import arm_base_config
+
+    lo, hi, steps = rates
+    base = arm_base_config({"slo_ttft_ms": slo.ttft_ms, "slo_tpot_ms": slo.tpot_ms})
+
+    def one(dp: int, seed: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        found = capacity_release(
+            spec,
+            seeds=[seed],
+            dps=[dp],
+            chunks=[8192],
+            requests=requests,
+            base=base,
+            attainment=attainment,
+            lo=lo,
+            hi=hi,
+            steps=steps,
         )
-    if delayer_needs_runtime_context():
-        compat.publish_runtime_context(1, compat.DelayerSettings())
-    kit = AdderKit(page_size=settings.page_size)
-    collector = compat.RecordingCollector()
-    delayer = compat.build_delayer(
-        dp_size=1,
-        cpu_group=dist.group.WORLD,
-        settings=compat.DelayerSettings(),
-        metrics_collector=collector,
-    )
-    rank = RankScheduler(
-        kit=kit,
-        settings=settings,
-        defaults=resolve_scheduler_defaults(
-            dp_size=1, tp_size=1, chunked_prefill_size=settings.chunked_prefill_size
-        ),
-        kv_tokens=KV_TOKENS,
-        delayer=delayer,
-        collector=collector,
-    )
+        return {"rows": found["rows"], "wall_s": time.perf_counter() - t0, "slo": asdict(slo)}
 
-    def add(i: int, n: int, out: int) -> None:
-        req = kit.new_req(
-            f"bench{i}", [1 + (i + j) % 1000 for j in range(n)], max_new_tokens=out, ignore_eos=True
+    return _grid(itertools.product(*params, seeds), one)
+
+
+def capacity_samples(searches: list[dict[str, Any]]) -> list[float]:
+    """The capacities the searches found, one per seed; an edge outside the searched range is
+    not a number, so it fails naming the seeds."""
+    rows = [row for s in searches for row in s["rows"]]
+    outside = [r for r in rows if r["bound"] != "bracket"]
+    if outside:
+        raise ValueError(
+            f"capacity outside the searched range for seeds {[r['seed'] for r in outside]}: "
+            f"{[r['bound'] for r in rows]}; widen the benchmark's searched rates"
         )
-        rank.enqueue(TrackedReq(i, req, 0.0, out))
-
-    for i in range(running):
-        add(i, prompt, 512)
-    steps = 0
-    while rank.waiting or rank.chunked is not None:
-        rank.complete(rank.plan())
-        steps += 1
-        if steps > 10 * running:
-            raise RuntimeError(
-                f"could not admit {running} × {prompt}-token prompts into {KV_TOKENS} KV tokens"
-            )
-    for i in range(waiting):
-        add(running + i, 4 * prompt, 512)
-
-    def close() -> None:
-        if owned and dist.is_initialized():
-            dist.destroy_process_group()
-
-    return rank, close
+    return [r["capacity"] for r in rows]
 
 
-def admission_pass(rank: RankScheduler) -> Any:
-    """One pass that reaches the adder: SGLang clears ``batch_is_full`` when a request leaves; do it here."""
-    rank.batch_is_full = False
-    return rank.plan()
+def load(
+    params: Params,
+    seeds: Sequence[int],
+    *,
+    spec: str,
+    dp: int,
+    requests: int,
+    slo: Slo = SUITE_SLO,
+) -> dict:
+    """Per offered rate (× the spec's) and seed: ``spec`` at DP ``dp`` with the delayer on."""
+
+    def one(rate: float, seed: int) -> dict[str, Any]:
+        result = _run(spec, slo, requests=requests, seed=seed, dp_size=dp, rate_scale=rate)
+        save_run("twin", f"load-{spec}-dp{dp}-rate{rate:g}-seed{seed}", result)
+        return _kept(result)
+
+    return _grid(itertools.product(*params, seeds), one)
+
+
+def on_server_scenario(params: Params, *, chunk: int, slo: Slo = SUITE_SLO) -> dict:
+    """Per (spec, DP size, delayer): the simulated-forward server's own scenario (the spec's
+    seed, all its requests, one GPU per DP rank, global chunk size ``chunk``)."""
+
+    def one(spec: str, dp: int, delayer: str) -> dict[str, Any]:
+        result = _run(
+            spec,
+            slo,
+            dp_size=dp,
+            tp_size=dp,
+            enable_prefill_delayer=delayer_on(delayer),
+            chunked_prefill_size=chunk,
+        )
+        save_run("twin", f"server-scenario-{spec}-dp{dp}-delayer_{delayer}", result)
+        return _kept(result)
+
+    return _grid(itertools.product(*params), one)
+
+
+def scale(modes: Sequence[str], *, spec: str, dp: int, requests: int, slo: Slo = SUITE_SLO) -> dict:
+    """Per rank mode, one after the other (each owns the machine): ``spec`` at DP ``dp``,
+    delayer on, its metrics with the run's wall time (``wall_time_s``) among them. A failed
+    run fails the whole cache."""
+    why = unsupported()
+    if why is not None:
+        return skipped(why)
+    out: dict[str, Any] = {}
+    for mode in modes:
+        result = _run(
+            spec,
+            slo,
+            requests=requests,
+            dp_size=dp,
+            enable_prefill_delayer=True,
+            chunked_prefill_size=8192,
+            rank_mode=mode,
+        )
+        save_run("twin", f"scale-{spec}-dp{dp}-{requests}-{mode}", result)
+        kept = _kept(result)
+        wall = {"value": result["wall_time_s"], "unit": "s", "better": "lower"}
+        out[setting_key(mode)] = {**kept, "metrics": {**kept["metrics"], "wall_time_s": wall}}
+    return out
+
+
+def production_trace(
+    params: Params, windows: Sequence[int], *, spec: str, requests: int, slo: Slo = SUITE_SLO
+) -> dict:
+    """Per (DP size, dispatch) and window of the Mooncake trace: the first ``requests`` requests
+    of the window, delayer on. A skip, naming the file, where the trace is not on this machine."""
+    from dpbench.workload.importers.source import missing_shared_trace
+
+    why = missing_shared_trace("mooncake")
+    if why is not None:
+        return skipped(why)
+
+    def one(dp: int, dispatch: str, window: int) -> dict[str, Any]:
+        result = _run(spec, slo, requests=requests, seed=window, dp_size=dp, dispatch=dispatch)
+        save_run("twin", f"{spec}-dp{dp}-{dispatch}-window{window}", result)
+        return _kept(result)
+
+    return _grid(itertools.product(*params, windows), one)

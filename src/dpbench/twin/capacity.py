@@ -31,10 +31,6 @@ from dpbench.core.schema import from_dict, replace, to_dict
 from dpbench.twin.config import TwinConfig
 
 POINT_METRICS = ("slo_attainment", "ttft_ms_p99", "tpot_ms_p99", "goodput_requests_per_s")
-# The SLO the asv load benchmarks hold (twin.TwinCapacity, twin.TwinLoad) and the dashboard
-# draws on its latency-load charts: DeepSeek-V3 on H200s by the cost model misses a 100 ms
-# TPOT at any load (decode steps stretched by mixed steps), so 250 ms; TTFT 5 s.
-BENCH_SLO = {"slo_ttft_ms": 5000.0, "slo_tpot_ms": 250.0}
 
 
 def _holds(metrics: dict[str, float], attainment: float) -> bool:

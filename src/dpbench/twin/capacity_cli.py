@@ -29,7 +29,7 @@ from dpbench.core.cli_options import (
     SpecArg,
     TimeoutOpt,
 )
-from dpbench.metrics.latency import Slo
+from dpbench.metrics.latency import Slo, with_slo_options
 from dpbench.twin.arms import check_arms
 from dpbench.twin.job import arm_overrides
 
@@ -118,6 +118,7 @@ def _fmt_arm(a: dict[str, Any]) -> str:
     return text
 
 
+@with_slo_options
 def capacity(
     spec: SpecArg,
     sglang: ArmsOpt,
@@ -131,8 +132,6 @@ def capacity(
             metavar="FRACTION", help="the SLO attainment that must hold (fraction of requests)"
         ),
     ] = 0.99,
-    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT SLO, ms")] = Slo().ttft_ms,
-    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT SLO, ms")] = Slo().tpot_ms,
     lo: Annotated[float, typer.Option(metavar="X", help="lowest rate searched (× the spec's)")] = 1
     / 64,
     hi: Annotated[
@@ -144,6 +143,8 @@ def capacity(
     jobs: JobsOpt = 2,
     timeout: TimeoutOpt = 7200.0,
     output: OutputOpt = None,
+    *,
+    slo: Slo,  # --ttft-slo-ms, --tpot-slo-ms (with_slo_options)
 ) -> None:
     """Find each arm's capacity at the SLO, over seeds.
 
@@ -166,10 +167,6 @@ def capacity(
     for bad, hint, why in problems:
         if bad:
             raise typer.BadParameter(why, param_hint=hint)
-    try:
-        Slo(ttft_ms=ttft_slo_ms, tpot_ms=tpot_slo_ms)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--ttft-slo-ms/--tpot-slo-ms") from None
     dps, chunks = dp or [4], chunked_prefill_size or [8192]
     job = {
         "spec": spec,
@@ -181,7 +178,7 @@ def capacity(
         "lo": lo,
         "hi": hi,
         "steps": steps,
-        "config": {"slo_ttft_ms": ttft_slo_ms, "slo_tpot_ms": tpot_slo_ms},
+        "config": {"slo_ttft_ms": slo.ttft_ms, "slo_tpot_ms": slo.tpot_ms},
     }
     per_arm = len(dps) * len(chunks) * seeds * (steps + 2)
     t0 = time.perf_counter()
@@ -202,8 +199,8 @@ def capacity(
     wall = time.perf_counter() - t0
     rows = summarise(arms)
     table = Table(
-        title=f"capacity at SLO ({attainment:.0%} of requests with TTFT ≤ {ttft_slo_ms:g} ms and "
-        f"TPOT ≤ {tpot_slo_ms:g} ms): offered rate × the spec's, mean over seeds [95 % CI]"
+        title=f"capacity at SLO ({attainment:.0%} of requests with {slo.label}): offered rate "
+        "× the spec's, mean over seeds [95 % CI]"
     )
     for col in ("DP", "chunk", *sglang, *(f"{b} − {sglang[0]} (paired)" for b in sglang[1:])):
         table.add_column(col, justify="right")

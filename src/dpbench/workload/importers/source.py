@@ -147,3 +147,30 @@ def resolve_path(source: TraceSource, base: Path | None = None) -> Path:
 
 def file_sha256(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# The production traces' copies under ../shared/traces/ ($DPBENCH_TRACES), which tests, CI and
+# the benchmarks read (not shipped: see the README, "Production traces").
+SHARED_TRACE_FILES = {
+    "mooncake": "mooncake-fast25/conversation_trace.jsonl",
+    "azure": "azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
+}
+
+
+def shared_trace(fmt: str) -> Path:
+    """Where the shared copy of the ``fmt`` production trace lives (it may be missing)."""
+    from dpbench.core.paths import shared_traces_dir
+
+    return shared_traces_dir() / SHARED_TRACE_FILES[fmt]
+
+
+def missing_shared_trace(fmt: str) -> str | None:
+    """Why the shared ``fmt`` trace cannot be read here (naming the file and where to get
+    it), or None when it is there."""
+    path = shared_trace(fmt)
+    if path.is_file():
+        return None
+    return (
+        f"needs the {fmt} trace at {path} (from {READERS[fmt].UPSTREAM}; $DPBENCH_TRACES "
+        f"names another folder)"
+    )
