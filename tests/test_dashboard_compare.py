@@ -86,7 +86,7 @@ def test_instrument_health_and_single_server_runs_get_no_verdict():
 def test_interval_of_the_change_comes_from_both_bands():
     c = change_of(Side(10, 9, 11), Side(20, 19, 22), "lower")
     assert (c.lo, c.pct, c.hi) == (pytest.approx(80.0), pytest.approx(100.0), pytest.approx(130.0))
-    assert c.basis == "bands" and fmt_pct(c) == "+100.0 % [+80.0, +130.0]"
+    assert c.basis == "bands" and fmt_pct(c) == "+100.0 % [+80.0, +130]"
     assert change_of(Side(2), Side(0), "lower").basis == "single run"
     assert change_of(Side(2), Side(0), "lower", "placement").basis == "deterministic"
 
@@ -517,3 +517,213 @@ def test_t_quantiles_are_the_pages_up_to_100_df_then_1_96():
     assert len(T975) == 100
     assert all(t975(df) == pytest.approx(T975[df - 1], abs=1e-6) for df in range(1, 101))
     assert t975(101) == 1.96 and t975(4) == pytest.approx(2.7764451, abs=1e-7)
+
+
+# --- the values shown, bounded intervals, counts too small to judge ---------------------------
+
+COUNT = metrics.Quantity(0.0, None, count=True)
+FRACTION = metrics.Quantity(0.0, 1.0)
+RATE = metrics.Quantity(0.0, None)
+
+# The main job's simulated-server DP-mixed runs that issue 35 quotes: asv's medians read
+# 0.0088 → 0.0106 (a rise) while the means fall; the interval ran to -120.9 %.
+SERVER_MIXED = (
+    Side(0.0088, samples=(0.0088, 0.0088, 0.0174), seeds="v"),
+    Side(0.0106, samples=(0.0106, 0.0106, 0.0091), seeds="v"),
+)
+
+
+def test_the_values_a_change_shows_are_the_ones_it_is_computed_from():
+    c = change_of(*SERVER_MIXED, "lower", "server", FRACTION)
+    assert (c.a, c.b, c.stat) == (
+        pytest.approx((0.0088 + 0.0088 + 0.0174) / 3),
+        pytest.approx((0.0106 + 0.0106 + 0.0091) / 3),
+        "mean",
+    )
+    assert c.b < c.a and c.pct < 0  # the values shown fall as the change says
+    cases = [
+        (*SERVER_MIXED, "lower", "server"),  # repeats: means
+        (Side(0.10, samples=(0.08, 0.10, 0.13), seeds="v3"),
+         Side(0.09, samples=(0.07, 0.09, 0.12), seeds="v3"), "lower", "twin"),  # paired
+        (Side(1.0, samples=(0.9, None, 1.1), seeds="v3"),
+         Side(2.0, samples=(1.9, 2.0, 2.6), seeds="v3"), "lower", "twin"),  # paired, a gap
+        (Side(10, 9, 11), Side(20, 19, 21), "lower", "twin"),  # bands: asv's values
+        (Side(2), Side(0), "lower", "placement"),  # deterministic
+    ]  # fmt: skip
+    for a, b, better, tier in cases:
+        c = change_of(a, b, better, tier)
+        assert c.pct == pytest.approx((c.b - c.a) / abs(c.a) * 100), (a, b)
+    gap = change_of(*cases[2][:2], "lower", "twin")
+    assert (gap.a, gap.b) == (pytest.approx(1.0), pytest.approx(2.25))  # the 2 seeds it paired
+
+
+def test_intervals_stop_at_the_bounds_and_keep_their_verdicts():
+    free = change_of(*SERVER_MIXED, "lower", "server")
+    bounded = change_of(*SERVER_MIXED, "lower", "server", FRACTION)
+    assert free.lo < -100 and bounded.lo == pytest.approx(-100.0)
+    assert (bounded.pct, bounded.hi, bounded.verdict) == (free.pct, free.hi, free.verdict)
+    assert fmt_pct(bounded) == "-13.4 % [-100, +93.9]"
+    # a rate (the server's goodput, asv's 99 % band [-2.4, 5.7] req/s): never below 0
+    rate = change_of(
+        Side(2.066, samples=(0.62, 2.066, 2.31), seeds="v"),
+        Side(2.19, samples=(2.10, 2.28, 2.19), seeds="v"),
+        "higher",
+        "server",
+        RATE,
+    )
+    assert rate.lo == pytest.approx(-100.0) and rate.verdict == "within noise"
+    # a fraction near 1 never above 1: B ≤ 1 caps the change at (1 - A) / A
+    near = change_of(
+        Side(0.9, samples=(0.85, 0.95, 0.9), seeds="v"),
+        Side(0.97, samples=(0.999, 0.93, 0.98), seeds="v"),
+        "higher",
+        "twin",
+        FRACTION,
+    )
+    assert near.hi == pytest.approx((1 - 0.9) / 0.9 * 100) and near.lo < near.pct < near.hi
+    # clipping never moves a verdict or the estimate
+    for a, b, better, tier in [(*SERVER_MIXED, "lower", "server"),
+                               (Side(10, 9, 11), Side(1, 0, 19), "lower", "twin"),
+                               (Side(0.5, 0.1, 0.9), Side(0.95, 0.9, 1.0), "higher", "twin")]:  # fmt: skip
+        for q in (FRACTION, RATE):
+            plain, cut = change_of(a, b, better, tier), change_of(a, b, better, tier, q)
+            assert (cut.verdict, cut.pct) == (plain.verdict, plain.pct)
+            assert q.lo is None or cut.lo >= (q.lo - cut.a) / cut.a * 100 - 1e-9
+
+
+def test_a_count_with_too_few_events_is_too_few_to_judge():
+    """Fewer than MIN_COUNT_EVENTS events on both sides together: "too few to judge", the
+    events in place of a percentage (never an interval past -100 %), quiet, never gating."""
+    from dpbench.dashboard.compare import MIN_COUNT_EVENTS, TOO_FEW
+
+    reports = Side(0.0, samples=(2, 0, 1, 0, 0), seeds="v"), Side(0.0, samples=(0,) * 5, seeds="v")
+    plain = change_of(*reports, "lower", "twin")
+    assert plain.lo < -100  # what the main job printed: -100.0 % [-285.1, +85.1]
+    few = change_of(*reports, "lower", "twin", COUNT)
+    assert (few.verdict, few.pct, few.lo, few.hi) == (TOO_FEW, None, None, None)
+    assert fmt_pct(few) == "3 vs 0 events" and (few.a, few.b) == (pytest.approx(0.6), 0.0)
+    assert TOO_FEW in QUIET and regressions([_row_of(few)], 0.0) == []
+    # enough events: judged, the interval stopping at -100 %
+    many = Side(0.0, samples=(5, 4, 3, 2, 1), seeds="v"), Side(0.0, samples=(0,) * 5, seeds="v")
+    assert sum(many[0].samples) >= MIN_COUNT_EVENTS
+    judged = change_of(*many, "lower", "twin", COUNT)
+    assert judged.verdict == "better" and judged.lo == pytest.approx(-100.0)
+    assert judged.pct == pytest.approx(-100.0)
+    # a server's runs count the same way; one run a side counts its value
+    assert change_of(Side(1.0, samples=(1, 0, 0)), Side(0.0, samples=(0, 0, 0)), "lower",
+                     "server", COUNT).verdict == TOO_FEW  # fmt: skip
+    assert change_of(Side(4), Side(3), "lower", "twin", COUNT).basis == "4 vs 3 events"
+    assert change_of(Side(40), Side(30), "lower", "twin", COUNT).verdict == "single run"
+    # the placement probe's counts are exact: 2 → 0 is -100 %, better
+    exact = change_of(Side(2), Side(0), "lower", "placement", COUNT)
+    assert (exact.verdict, exact.pct) == ("better", pytest.approx(-100.0))
+    # nothing changed: no change, whatever the count
+    zeros = Side(0.0, samples=(0, 0, 0), seeds="v")
+    assert change_of(zeros, zeros, "lower", "twin", COUNT).verdict == "no change"
+
+
+def _suite_metric_names() -> set[str]:
+    """Every metric name a benchmark or a run result of the suite writes: the benchmarks'
+    track_/time_ methods, and the keys of every Metric(...) the library builds (a name built
+    with an f-string stands in with its known values, or "x")."""
+    import ast
+
+    from dpbench.core.paths import project_root
+
+    fill = {  # f-string parts the name tables must cover with their real values
+        "short": ["prefill_delayer_wait_seconds", "prefill_delayer_wait_forward_passes"],
+    }
+    names: set[str] = set()
+    root = project_root()
+    names |= _benchmark_names(root / "benchmarks")
+    for path in sorted((root / "src" / "dpbench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            keys = []
+            if isinstance(node, ast.Dict):
+                keys = [k for k, v in zip(node.keys, node.values, strict=True) if _is_metric(v)]
+            elif isinstance(node, ast.Assign) and _is_metric(node.value):
+                keys = [t.slice for t in node.targets if isinstance(t, ast.Subscript)]
+            for key in keys:
+                if isinstance(key, ast.Constant):
+                    names.add(key.value)
+                elif isinstance(key, ast.JoinedStr):
+                    names |= _expand(key, fill)
+    return names
+
+
+def _benchmark_names(folder) -> set[str]:
+    """``module.Class.track_x`` for every benchmark method, as asv finds them: the classes
+    build their track_ methods from unit tables, so read the classes, not the source."""
+    import importlib
+    import inspect
+
+    out = set()
+    for path in sorted(folder.glob("*.py")):
+        mod = importlib.import_module(f"{folder.name}.{path.stem}")
+        for _, cls in inspect.getmembers(mod, inspect.isclass):
+            if cls.__module__ == mod.__name__:
+                out |= {
+                    f"{path.stem}.Class.{n}"
+                    for n in dir(cls)
+                    if n.startswith(("track_", "time_", "peakmem_"))
+                }
+    return out
+
+
+def _is_metric(node) -> bool:
+    import ast
+
+    return isinstance(node, ast.Call) and "Metric" in (
+        getattr(node.func, "id", None),
+        getattr(node.func, "attr", None),
+    )
+
+
+def _expand(key, fill: dict[str, list[str]]) -> set[str]:
+    import ast
+
+    out = {""}
+    for part in key.values:
+        if isinstance(part, ast.Constant):
+            out = {o + part.value for o in out}
+        else:
+            choices = fill.get(ast.unparse(part.value), ["x"])
+            out = {o + c for o in out for c in choices}
+    return out
+
+
+def test_every_metric_the_suite_writes_has_a_direction_and_bounds():
+    """A metric without a direction (or without bounds) fails here, not on the user's page:
+    the benchmarks' metrics and every run-result metric the library builds."""
+    names = _suite_metric_names()
+    assert "idle_passes_count" in names and "server.Class.track_errors" in names
+    assert len(names) > 100
+    assert [n for n in names if metrics.direction(n).better == "unknown"] == []
+    assert [n for n in names if metrics.quantity(n) is None] == []
+    assert metrics.quantity("dp_mixed_step_fraction") == FRACTION
+    assert metrics.quantity("false_prefillable_reports_count") == COUNT
+    assert metrics.quantity("twin.TwinHeadline.track_request_throughput") == RATE
+    assert metrics.quantity("workloads.KVPlanning.time_plan") == RATE  # a time: ≥ 0
+
+
+def test_the_headline_scenario_is_the_twins_headline():
+    """The history page opens on TwinHeadline's spec at DP 4 and SGLang's chunk size."""
+    import ast
+
+    from dpbench.core.paths import project_root
+
+    tree = ast.parse((project_root() / "benchmarks" / "twin.py").read_text())
+    consts = {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    assert metrics.HEADLINE_SCENARIO["spec"] == consts["HEADLINE_SPEC"]
+    axes = {"spec": ["agentic-multiturn", "long-prompt-burst"], "dp_size": ["2", "4", "8"],
+            "chunked_prefill": ["2x", "default"], "delayer": ["off", "on"], "dispatch": ["a", "b"]}  # fmt: skip
+    assert metrics.default_scenario(axes) == {
+        "spec": "long-prompt-burst", "dp_size": "4", "chunked_prefill": "default",
+        "delayer": "on", "dispatch": "a",
+    }  # fmt: skip

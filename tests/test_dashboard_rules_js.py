@@ -12,6 +12,7 @@ from chromium_page import open_page
 
 from dpbench.core.paths import project_root
 from dpbench.dashboard.compare import Side, change_of, compare_commits
+from dpbench.dashboard.metrics import Quantity
 from dpbench.dashboard.model import T975
 
 pytestmark = pytest.mark.browser
@@ -135,7 +136,36 @@ CASES = [
     (Side(2.0), Side(0.0), "lower", "placement"),
     # 23: one run a side of the twin, a huge change: no verdict (one seed is one draw)
     (Side(100.0), Side(2000.0), "lower", "twin"),
+    # bounded quantities (BOUNDED: the chart's bounds and whether it counts events)
+    (  # 24: the server's DP-mixed runs issue 35 quotes: a fraction, the interval stops at -100 %
+        Side(0.0088, None, None, (0.0088, 0.0088, 0.0174), "v"),
+        Side(0.0106, None, None, (0.0106, 0.0106, 0.0091), "v"),
+        "lower",
+        "server",
+    ),
+    (  # 25: false reports 3 → 0 over 5 seeds: too few to judge
+        Side(0.0, None, None, (2.0, 0.0, 1.0, 0.0, 0.0), "v"),
+        Side(0.0, None, None, (0.0,) * 5, "v"),
+        "lower",
+        "twin",
+    ),
+    (  # 26: 15 → 0: judged, the interval stopping at -100 %
+        Side(3.0, None, None, (5.0, 4.0, 3.0, 2.0, 1.0), "v"),
+        Side(0.0, None, None, (0.0,) * 5, "v"),
+        "lower",
+        "twin",
+    ),
+    (  # 27: a fraction near 1: never above 1
+        Side(0.9, None, None, (0.85, 0.95, 0.9), "v"),
+        Side(0.97, None, None, (0.999, 0.93, 0.98), "v"),
+        "higher",
+        "twin",
+    ),
+    (Side(4.0), Side(3.0), "lower", "twin"),  # 28: one run a side of a count: 7 events
+    (Side(10, 0, 20), Side(1, 0, 2), "lower", "twin"),  # 29: bands, a rate: -100 % at most
 ]
+FRACTION, COUNT, RATE = Quantity(0.0, 1.0), Quantity(0.0, None, True), Quantity(0.0, None)
+BOUNDED = {24: FRACTION, 25: COUNT, 26: COUNT, 27: FRACTION, 28: COUNT, 29: RATE}
 
 
 def _rules_page(tmp_path) -> Path:
@@ -169,6 +199,7 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
                     "x": list(side.samples),
                     "seeds": side.seeds,
                 }
+        q = BOUNDED.get(n)
         charts.append(
             {
                 "tier": tier,
@@ -177,6 +208,7 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
                 "unit": "",
                 "better": better,
                 "series": [series],
+                **({"bounds": [q.lo, q.hi], "count": q.count} if q else {}),
             }
         )
     data = {"charts": charts, "t975": T975}
@@ -191,17 +223,19 @@ def test_the_pages_compare_two_sides_as_the_terminal_does(tmp_path):
     # rows by verdict, single runs and the instrument's health last
     want_order = [r.params[0] for r in compare_commits(data, 0, 1)]
     assert [n for n, _ in got] == want_order
-    assert want_order[:6] == ["22", "0", "3", "4", "6", "2"]
-    assert want_order[6:12] == ["17", "18", "12", "21", "11", "19"]
-    assert set(want_order[12:16]) == {"1", "10", "5", "16"}
-    assert set(want_order[16:22]) == {"9", "13", "15", "14", "7", "23"}
+    assert want_order[:7] == ["22", "0", "26", "3", "4", "6", "2"]
+    assert want_order[7:13] == ["17", "18", "12", "21", "11", "19"]
+    assert set(want_order[13:18]) == {"1", "10", "24", "27", "29"}  # within noise
+    assert set(want_order[18:20]) == {"25", "28"}  # too few to judge
+    assert set(want_order[20:22]) == {"5", "16"}  # no change
+    assert set(want_order[22:28]) == {"9", "13", "15", "14", "7", "23"}  # single run
     assert set(want_order[-2:]) == {"8", "20"}
     by_case = {int(n): c for n, c in got}
     for n, (a, b, better, tier) in enumerate(CASES):
-        want = change_of(a, b, better, tier)
+        want = change_of(a, b, better, tier, BOUNDED.get(n))
         js = by_case[n]
         assert (js["verdict"], js["basis"]) == (want.verdict, want.basis), n
-        for key in ("pct", "lo", "hi"):
+        for key in ("pct", "lo", "hi", "a", "b"):
             w = getattr(want, key)
             assert (js[key] is None) == (w is None), (n, key)
             if w is not None:

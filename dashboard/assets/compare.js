@@ -28,7 +28,8 @@
     document.getElementById("compare-summary").textContent = a && b ?
       "A = " + a.label + " (" + (a.placement || "placement not measured") + ", " + (a.date || "no date") + ")   vs   B = " +
       b.label + " (" + (b.placement || "placement not measured") + ", " + (b.date || "no date") + "): " + rows.length +
-      " metrics — " + ["worse", "better", "changed", "within noise", "no change", "single run", "not measured", "instrument"]
+      " metrics — " + ["worse", "better", "changed", "within noise", "too few to judge", "no change", "single run", "not measured",
+       "instrument"]
         .filter(v => counts[v]).map(v => counts[v] + " " + v).join(", ") +
       (hidden && !quiet.checked ? " (" + hidden + " quiet rows hidden)" : "") :
       "need at least one commit with results";
@@ -38,7 +39,8 @@
       const tr = DP.el("tr", {"class": "verdict-" + row.change.verdict.replace(/ /g, "-") + (isQuiet ? " quiet" : "")});
       if (isQuiet && !quiet.checked) tr.style.display = "none";
       const cells = [row.chart.tier, metricName(row), row.series.machine + " / " + row.series.env, row.chart.unit,
-                     DP.BETTER_TEXT[row.chart.better], DP.sideText(row.a), DP.sideText(row.b), DP.fmtPct(row.change),
+                     DP.BETTER_TEXT[row.chart.better], DP.sideText(row.a, row.change.a, row.change.basis === "bands"),
+                     DP.sideText(row.b, row.change.b, row.change.basis === "bands"), DP.fmtPct(row.change),
                      row.change.verdict + (row.change.basis === "single run" && !isQuiet ? " (single run)" :
                      /^(paired|repeats|deterministic)/.test(row.change.basis) ? " (" + row.change.basis + ")" : "")];
       for (const c of cells) tr.appendChild(DP.el("td", {}, c));

@@ -8,9 +8,11 @@ const DP = (function () {
   const PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"};
   const BETTER_TEXT = {"higher": "higher is better", "lower": "lower is better", "none": "no better direction",
                        "unknown": "direction unknown", "instrument": "instrument health, not a result"};
-  const VERDICT_ORDER = {"worse": 0, "better": 1, "changed": 2, "within noise": 3, "no change": 4,
-                         "single run": 5, "not measured": 6, "instrument": 7};
-  const QUIET = ["within noise", "no change", "single run", "not measured", "instrument"];
+  const TOO_FEW = "too few to judge";  // dpbench.dashboard.compare.TOO_FEW
+  const VERDICT_ORDER = {"worse": 0, "better": 1, "changed": 2, "within noise": 3, [TOO_FEW]: 4,
+                         "no change": 5, "single run": 6, "not measured": 7, "instrument": 8};
+  const QUIET = ["within noise", TOO_FEW, "no change", "single run", "not measured", "instrument"];
+  const MIN_COUNT_EVENTS = 10;  // dpbench.dashboard.compare.MIN_COUNT_EVENTS
   const TIMING_TIERS = ["server"];  // dpbench.dashboard.metrics.TIMING_TIERS
   const DETERMINISTIC_TIERS = ["placement"];  // dpbench.dashboard.metrics.DETERMINISTIC_TIERS
   const TIER_ORDER = ["placement", "twin", "server"];  // dpbench.dashboard.metrics.TIER_ORDER
@@ -35,6 +37,14 @@ const DP = (function () {
     const a = Math.abs(v);
     if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(3);
     return Number(v.toPrecision(4)).toString();
+  }
+
+  // Same as dpbench.dashboard.compare_text.short: 20,582 rather than 2.058e+04.
+  function short(v) {
+    if (v != null && isFinite(v) && Math.abs(v) >= 1e4 && Math.abs(v) < 1e9) {
+      return Math.round(v).toLocaleString("en-US");
+    }
+    return fmt(v);
   }
 
   function sign(x) { return (x >= 0 ? "+" : "") + x.toFixed(1); }
@@ -97,7 +107,8 @@ const DP = (function () {
     const [meanA, varA] = meanVar(xa), [meanB, varB] = meanVar(xb);
     const diff = meanB - meanA;
     const basis = "repeats, " + na + " + " + nb + " runs";
-    if (diff === 0 && varA === 0 && varB === 0) return {pct: 0, lo: null, hi: null, verdict: "no change", basis};
+    const m = {a: meanA, b: meanB, stat: "mean"};
+    if (diff === 0 && varA === 0 && varB === 0) return {pct: 0, lo: null, hi: null, verdict: "no change", basis, ...m};
     const qa = varA / na, qb = varB / nb;
     const se = Math.sqrt(qa + qb);
     let half = 0;
@@ -111,11 +122,11 @@ const DP = (function () {
       const scale = Math.abs(meanA);
       pct = diff / scale * 100; lo = (diff - half) / scale * 100; hi = (diff + half) / scale * 100;
     }
-    if (diff - half <= 0 && 0 <= diff + half) return {pct, lo, hi, verdict: "within noise", basis};
-    if (Math.min(na, nb) < MIN_TIMING_RUNS) return {pct, lo, hi, verdict: "single run", basis};
-    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
+    if (diff - half <= 0 && 0 <= diff + half) return {pct, lo, hi, verdict: "within noise", basis, ...m};
+    if (Math.min(na, nb) < MIN_TIMING_RUNS) return {pct, lo, hi, verdict: "single run", basis, ...m};
+    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis, ...m};
     const bWins = better === "higher" ? diff > 0 : diff < 0;
-    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
+    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis, ...m};
   }
 
   // Same as dpbench.dashboard.compare.paired_with: the seeds both sides measured, if the same set.
@@ -139,24 +150,38 @@ const DP = (function () {
     const sd = Math.sqrt(d.reduce((t, v) => t + (v - meanD) ** 2, 0) / (n - 1));
     const half = t975(n - 1) * sd / Math.sqrt(n);
     const basis = "paired, " + n + " seeds";
-    if (meanD === 0 && sd === 0) return {pct: 0, lo: null, hi: null, verdict: "no change", basis};
+    const m = {a: meanA, b: pairs.reduce((t, [, y]) => t + y, 0) / n, stat: "mean"};
+    if (meanD === 0 && sd === 0) return {pct: 0, lo: null, hi: null, verdict: "no change", basis, ...m};
     let pct = null, lo = null, hi = null;
     if (meanA !== 0) {
       const scale = Math.abs(meanA);
       pct = meanD / scale * 100; lo = (meanD - half) / scale * 100; hi = (meanD + half) / scale * 100;
     }
-    if (meanD - half <= 0 && 0 <= meanD + half) return {pct, lo, hi, verdict: "within noise", basis};
-    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
+    if (meanD - half <= 0 && 0 <= meanD + half) return {pct, lo, hi, verdict: "within noise", basis, ...m};
+    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis, ...m};
     const bWins = better === "higher" ? meanD > 0 : meanD < 0;
-    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
+    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis, ...m};
   }
 
-  // Same rules as dpbench.dashboard.compare.change_of (the terminal's `dpbench compare`).
-  function changeOf(a, b, better, tier) {
-    if (!a || !b) return {pct: null, lo: null, hi: null, verdict: "not measured", basis: ""};
+  // Same rules as dpbench.dashboard.compare.change_of (the terminal's `dpbench compare`), with the
+  // chart's bounds ([lo, hi]) and whether it counts events (chart.count).
+  function changeOf(a, b, better, tier, bounds, count) {
+    const change = baseChange(a, b, better, tier);
+    if (!bounds || !a || !b) return change;
+    if (count && !DETERMINISTIC_TIERS.includes(tier)) {
+      const few = tooFew(change, a, b);
+      if (few) return few;
+    }
+    return clipped(change, bounds);
+  }
+
+  function baseChange(a, b, better, tier) {
+    if (!a || !b) return {pct: null, lo: null, hi: null, verdict: "not measured", basis: "",
+                          a: a ? a.value : null, b: b ? b.value : null, stat: "value"};
+    const v = {a: a.value, b: b.value, stat: "value"};
     if (better === "instrument") {
       const p = a.value !== 0 ? (b.value - a.value) / Math.abs(a.value) * 100 : null;
-      return {pct: p, lo: null, hi: null, verdict: "instrument", basis: ""};
+      return {pct: p, lo: null, hi: null, verdict: "instrument", basis: "", ...v};
     }
     const timing = TIMING_TIERS.includes(tier);
     if (timing) {  // repeats of one measurement, never paired
@@ -167,7 +192,7 @@ const DP = (function () {
       if (pairs) return pairedChange(pairs, better);
     }
     const banded = a.lo != null && a.hi != null && b.lo != null && b.hi != null;
-    if (a.value === b.value) return {pct: 0, lo: null, hi: null, verdict: "no change", basis: banded ? "bands" : ""};
+    if (a.value === b.value) return {pct: 0, lo: null, hi: null, verdict: "no change", basis: banded ? "bands" : "", ...v};
     let pct = null, lo = null, hi = null;
     if (a.value !== 0) {
       const scale = Math.abs(a.value);
@@ -176,13 +201,45 @@ const DP = (function () {
     }
     const deterministic = DETERMINISTIC_TIERS.includes(tier) && !banded;
     const basis = banded ? "bands" : deterministic ? "deterministic" : "single run";
-    if (banded && a.lo <= b.hi && b.lo <= a.hi) return {pct, lo, hi, verdict: "within noise", basis};
-    const tooFew = [runsOf(a), runsOf(b)].some(n => n != null && n < MIN_TIMING_RUNS);
-    if ((!banded && !deterministic) || (timing && tooFew)) return {pct, lo, hi, verdict: "single run", basis};
-    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis};
+    if (banded && a.lo <= b.hi && b.lo <= a.hi) return {pct, lo, hi, verdict: "within noise", basis, ...v};
+    const tooFewRuns = [runsOf(a), runsOf(b)].some(n => n != null && n < MIN_TIMING_RUNS);
+    if ((!banded && !deterministic) || (timing && tooFewRuns)) return {pct, lo, hi, verdict: "single run", basis, ...v};
+    if (better !== "higher" && better !== "lower") return {pct, lo, hi, verdict: "changed", basis, ...v};
     const bWins = better === "higher" ? b.value > a.value : b.value < a.value;
-    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis};
+    return {pct, lo, hi, verdict: bWins ? "better" : "worse", basis, ...v};
   }
+
+  // Same as dpbench.dashboard.compare._clipped: the interval cut at the quantity's bounds.
+  function clipped(c, bounds) {
+    if (c.lo == null || c.hi == null || c.a == null || c.a <= 0) return c;
+    let lo = c.lo, hi = c.hi;
+    if (bounds[0] != null) { const f = (bounds[0] - c.a) / c.a * 100; lo = Math.max(lo, f); hi = Math.max(hi, f); }
+    if (bounds[1] != null) { const t = (bounds[1] - c.a) / c.a * 100; lo = Math.min(lo, t); hi = Math.min(hi, t); }
+    return {...c, lo, hi};
+  }
+
+  function events(side) {
+    const xs = side.samples ? finite(side.samples) : [];
+    return xs.length ? xs.reduce((t, x) => t + x, 0) : side.value;
+  }
+
+  // Same as dpbench.dashboard.compare._too_few: a count with too few events to judge.
+  function tooFew(c, a, b) {
+    if (["no change", "instrument", "not measured"].includes(c.verdict)) return null;
+    let ea, eb;
+    if (c.basis.startsWith("paired")) {
+      const pairs = pairedWith(a, b) || [];
+      ea = pairs.reduce((t, [x]) => t + x, 0); eb = pairs.reduce((t, [, y]) => t + y, 0);
+    } else { ea = events(a); eb = events(b); }
+    if (ea + eb >= MIN_COUNT_EVENTS) return null;
+    return {...c, pct: null, lo: null, hi: null, verdict: TOO_FEW, basis: num(ea) + " vs " + num(eb) + " events"};
+  }
+
+  // Python's format(x, "g"): six significant digits, no trailing zeros.
+  function num(x) { return Number(x.toPrecision(6)).toString(); }
+
+  // Same as dpbench.dashboard.compare.chart_change.
+  function chartChange(chart, a, b) { return changeOf(a, b, chart.better, chart.tier, chart.bounds, chart.count); }
 
   function size(c) {
     if (c.pct == null) return ["better", "worse", "changed"].includes(c.verdict) ? Infinity : 0;
@@ -203,18 +260,23 @@ const DP = (function () {
     return c.basis === "bands" ? 2 : 3;
   }
 
+  // Same as dpbench.dashboard.compare.fmt_pct.
   function fmtPct(c) {
     if (c.verdict === "not measured") return "—";
+    if (c.verdict === TOO_FEW) return c.basis;
     if (c.pct == null) return "from 0";
     let s = sign(c.pct) + " %";
-    if (c.lo != null && c.hi != null) s += " [" + sign(c.lo) + ", " + sign(c.hi) + "]";
+    const end = x => (Math.abs(x) >= 100 ? (x >= 0 ? "+" : "") + x.toFixed(0) : sign(x));
+    if (c.lo != null && c.hi != null) s += " [" + end(c.lo) + ", " + end(c.hi) + "]";
     return s;
   }
 
-  function sideText(v) {
-    if (!v) return "—";
-    let s = fmt(v.value);
-    if (v.lo != null && v.hi != null) s += " [" + fmt(v.lo) + ", " + fmt(v.hi) + "]";
+  // A side's value as its change used it (the mean of paired seeds or of runs, else asv's
+  // value), with its band where the bands decided.
+  function sideText(v, value, banded) {
+    if (!v || value == null) return "—";
+    let s = short(value);
+    if (banded && v.lo != null && v.hi != null) s += " [" + short(v.lo) + ", " + short(v.hi) + "]";
     return s;
   }
 
@@ -227,7 +289,7 @@ const DP = (function () {
         if (machine && s.machine !== machine) continue;
         const a = valueAt(s, ia), b = valueAt(s, ib);
         if (!a && !b) continue;
-        rows.push({chart: chart, series: s, a: a, b: b, change: changeOf(a, b, chart.better, chart.tier)});
+        rows.push({chart: chart, series: s, a: a, b: b, change: chartChange(chart, a, b)});
       }
     }
     const key = r => r.chart.tier + r.chart.title;
@@ -272,7 +334,7 @@ const DP = (function () {
         const rows = tiers[chart.section] = tiers[chart.section] || {};
         const row = rows[rk] = rows[rk] || {tier: chart.section, scenario: scen, machine: s.machine, env: s.env,
                                              control: isControl(scen), cells: {}, regime: {}};
-        row.cells[chart.key] = {chart: chart, a: a, b: b, change: changeOf(a, b, chart.better, chart.tier)};
+        row.cells[chart.key] = {chart: chart, a: a, b: b, change: chartChange(chart, a, b)};
       }
     }
     for (const chart of Object.values(regimes)) {  // what each row ran: requests a run, pool reached
@@ -347,7 +409,7 @@ const DP = (function () {
     else fn();
   }
 
-  return {PLACEMENT_COLOR, PLACEMENT_SYMBOL, PLACEMENT_LABELS, BETTER_TEXT, QUIET, esc, el, fmt, sign,
+  return {PLACEMENT_COLOR, PLACEMENT_SYMBOL, PLACEMENT_LABELS, BETTER_TEXT, QUIET, esc, el, fmt, short, sign,
           seriesName, scenarioText, isControl, valueAt, changeOf, fmtPct, sideText, compareCommits, summary, regimeText,
           commitOptions, pairFromHash, ready, onLoad};
 })();

@@ -105,7 +105,7 @@
         type: "scatter", mode: "lines+markers", name: DP.esc(DP.seriesName(s)), meta: meta, x: x,
         y: s.points.map(p => p[1] / div),
         hovertext: s.points.map(p => hoverText(p[0]) + "<br>" + DP.esc(DP.seriesName(s)) + "<br>" +
-                                DP.fmt(p[1]) + " " + DP.esc(chart.unit) +
+                                DP.short(p[1]) + " " + DP.esc(chart.unit) +
                                 (div !== 1 ? " (" + DP.sign((p[1] / div - 1) * 100) + " % vs baseline)" : "") +
                                 (p[2] != null ? "<br>" + DP.esc(s.band || "band") + " " + DP.fmt(p[2]) + "–" + DP.fmt(p[3]) : "")),
         hoverinfo: "text", line: {width: 1.5, color: "#1f77b4"},
@@ -138,6 +138,10 @@
       head.appendChild(DP.el("span", {"class": "title"}, chart.tier + " · " + chart.title));
       head.appendChild(DP.el("span", {"class": "badge better better-" + chart.better, "title": chart.better_why}, DP.BETTER_TEXT[chart.better]));
       head.appendChild(DP.el("span", {"class": "badge unit"}, chart.unit));
+      if (chart.stat === "mean") {  // the value `dpbench compare` and the other pages compare
+        head.appendChild(DP.el("span", {"class": "badge stat", "title": "asv's own value is their median"},
+                               chart.tier === "server" ? "mean of the runs" : "mean of the seeds"));
+      }
       if (chart.executor) head.appendChild(DP.el("span", {"class": "badge"}, "executor: " + chart.executor));
       if (chart.source !== "asv") head.appendChild(DP.el("span", {"class": "badge source"}, chart.source));
       card.appendChild(head);
@@ -186,8 +190,9 @@
     const base = document.getElementById("baseline-select");
     DP.commitOptions(base, commits);
     base.value = String(data.default_pair ? data.default_pair[0] : 0);
+    const first = data.default_scenario || {};  // the twin's headline scenario
     document.querySelectorAll(".axis-select").forEach(s => {
-      if (s.dataset.axis === "delayer" && Array.from(s.options).some(o => o.value === "on")) s.value = "on";
+      if (first[s.dataset.axis] != null) s.value = first[s.dataset.axis];
     });
     drawPlacement();
     buildCards();

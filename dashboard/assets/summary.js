@@ -9,19 +9,33 @@
   const headings = {};
   for (const k of data.key_metrics) headings[k.key] = k.heading;
 
+  // The value the change used (cell.change.a / .b: the mean of paired seeds or of runs, else
+  // asv's value), as the terminal's `dpbench compare` shows it.
   function valueText(cell, side) {
-    const v = cell[side];
-    if (!v) return "—";
-    if (cell.chart.key === "placement") return DP.PLACEMENT_LABELS[Math.round(v.value)] || DP.fmt(v.value);
-    return DP.sideText(v);
+    const v = cell.change[side];
+    if (!cell[side] || v == null) return "—";
+    if (cell.chart.key === "placement") return DP.PLACEMENT_LABELS[Math.round(v)] || DP.fmt(v);
+    return DP.sideText(cell[side], v, cell.change.basis === "bands");
   }
 
   function cellNode(cell) {
     const td = DP.el("td", {"class": "cell verdict-" + cell.change.verdict.replace(/ /g, "-"),
                             "data-metric": cell.chart.metric});
-    td.appendChild(DP.el("div", {"class": "values"}, valueText(cell, "a") + " → " + valueText(cell, "b")));
+    // each value, and the interval, a unit that never breaks: a narrow column wraps between them
+    const values = DP.el("div", {"class": "values"});
+    values.appendChild(DP.el("span", {"class": "nowrap"}, valueText(cell, "a") + " →"));
+    values.appendChild(document.createTextNode(" "));
+    values.appendChild(DP.el("span", {"class": "nowrap"}, valueText(cell, "b")));
+    td.appendChild(values);
     if (cell.chart.key !== "placement") {
-      td.appendChild(DP.el("div", {"class": "pct"}, DP.fmtPct(cell.change)));
+      const pct = DP.el("div", {"class": "pct"});
+      const text = DP.fmtPct(cell.change), cut = text.indexOf(" [");
+      pct.appendChild(DP.el("span", {"class": "nowrap"}, cut < 0 ? text : text.slice(0, cut)));
+      if (cut >= 0) {
+        pct.appendChild(document.createTextNode(" "));
+        pct.appendChild(DP.el("span", {"class": "nowrap interval"}, text.slice(cut + 1)));
+      }
+      td.appendChild(pct);
     }
     const verdict = DP.el("div", {"class": "verdict"}, cell.change.verdict);
     td.appendChild(verdict);
@@ -59,7 +73,9 @@
     const tbody = DP.el("tbody");
     for (const r of rows) {
       const tr = DP.el("tr", {"data-scenario": DP.scenarioText(r.scenario)});
-      const scen = DP.el("td", {"class": "scenario"}, DP.scenarioText(r.scenario));
+      const scen = DP.el("td", {"class": "scenario"});  // a line a parameter: the column stays narrow
+      const parts = Object.entries(r.scenario).map(([k, v]) => k + "=" + v);
+      for (const part of parts.length ? parts : ["—"]) scen.appendChild(DP.el("div", {}, part));
       const regime = DP.regimeText(r);
       if (regime) scen.appendChild(DP.el("div", {"class": "regime muted"}, regime));
       tr.appendChild(scen);

@@ -40,6 +40,14 @@ and ``summary``), so the terminal (`dpbench compare`) and the pages agree:
   ("paired, n seeds"), a timing tier's repeated runs ("repeats, n_A + n_B runs"), bands
   ("bands") or a single run per side ("single run").
 
+Every change carries the values it is computed from (``Change.a``, ``Change.b``: the means of
+the paired seeds or of a timing tier's runs, else asv's value), and every page and the terminal
+show those, never asv's median beside a change of means. With the metric's bounds
+(``metrics.quantity``) the interval stops at them (:func:`_clipped`: a count or a rate never
+below 0, so a drop to 0 is never past -100 %; a fraction never above 1), and a count whose two
+sides hold fewer than ``MIN_COUNT_EVENTS`` events together is "too few to judge", its events in
+place of a percentage (a deterministic tier's counts are exact, and judged).
+
 Rows sort answer first (:func:`sort_key`): the rows with a verdict before the quiet ones; among
 them by tier (placement, twin, server, the rest: ``metrics.TIER_ORDER``), then deterministic
 and paired before repeats before bands (``Change.basis_rank``), each by significance (the
@@ -53,23 +61,29 @@ The t quantiles are the pages' too: exact for 1 … 100 degrees of freedom (the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpbench.dashboard import metrics
 
+TOO_FEW = "too few to judge"
 VERDICT_ORDER = {
     "worse": 0,
     "better": 1,
     "changed": 2,
     "within noise": 3,
-    "no change": 4,
-    "single run": 5,
-    "not measured": 6,
-    "instrument": 7,
+    TOO_FEW: 4,
+    "no change": 5,
+    "single run": 6,
+    "not measured": 7,
+    "instrument": 8,
 }
 # hidden behind the page's toggle
-QUIET = ("within noise", "no change", "single run", "not measured", "instrument")
+QUIET = ("within noise", TOO_FEW, "no change", "single run", "not measured", "instrument")
+# a count (metrics.Quantity.count) judged on fewer events than this, both sides together, is
+# "too few to judge": its Poisson noise (about √n) is a third of it or more, so no percentage
+# says anything. A deterministic tier's counts are exact and always judged.
+MIN_COUNT_EVENTS = 10
 # a timing tier's better / worse needs this many finite runs on each side
 MIN_TIMING_RUNS = 3
 # the pages carry Student's t 0.975 quantiles for 1 … T975_MAX_DF degrees of freedom
@@ -157,8 +171,9 @@ def _repeats_change(xa: list[float], xb: list[float], better: str) -> Change:
     mean_b, var_b = _mean_var(xb)
     diff = mean_b - mean_a
     basis = f"repeats, {na} + {nb} runs"
+    means = {"a": mean_a, "b": mean_b, "stat": "mean"}
     if diff == 0 and var_a == 0 and var_b == 0:
-        return Change(0.0, None, None, "no change", basis)
+        return Change(0.0, None, None, "no change", basis, **means)
     qa, qb = var_a / na, var_b / nb
     se = math.sqrt(qa + qb)
     half = 0.0
@@ -174,13 +189,13 @@ def _repeats_change(xa: list[float], xb: list[float], better: str) -> Change:
         pct = diff / scale * 100
         lo, hi = (diff - half) / scale * 100, (diff + half) / scale * 100
     if diff - half <= 0 <= diff + half:
-        return Change(pct, lo, hi, "within noise", basis)
+        return Change(pct, lo, hi, "within noise", basis, **means)
     if min(na, nb) < MIN_TIMING_RUNS:
-        return Change(pct, lo, hi, "single run", basis)
+        return Change(pct, lo, hi, "single run", basis, **means)
     if better not in ("higher", "lower"):
-        return Change(pct, lo, hi, "changed", basis)
+        return Change(pct, lo, hi, "changed", basis, **means)
     b_wins = diff > 0 if better == "higher" else diff < 0
-    return Change(pct, lo, hi, "better" if b_wins else "worse", basis)
+    return Change(pct, lo, hi, "better" if b_wins else "worse", basis, **means)
 
 
 def _paired_change(pairs: list[tuple[float, float]], better: str) -> Change:
@@ -190,19 +205,20 @@ def _paired_change(pairs: list[tuple[float, float]], better: str) -> Change:
     mean_d = sum(d) / n
     sd = math.sqrt(sum((v - mean_d) ** 2 for v in d) / (n - 1))
     half = t975(n - 1) * sd / math.sqrt(n)
+    means = {"a": mean_a, "b": sum(y for _, y in pairs) / n, "stat": "mean"}
     basis = f"paired, {n} seeds"
     if mean_d == 0 and sd == 0:
-        return Change(0.0, None, None, "no change", basis)
+        return Change(0.0, None, None, "no change", basis, **means)
     pct = lo = hi = None
     if mean_a != 0:
         pct = mean_d / abs(mean_a) * 100
         lo, hi = (mean_d - half) / abs(mean_a) * 100, (mean_d + half) / abs(mean_a) * 100
     if mean_d - half <= 0 <= mean_d + half:
-        return Change(pct, lo, hi, "within noise", basis)
+        return Change(pct, lo, hi, "within noise", basis, **means)
     if better not in ("higher", "lower"):
-        return Change(pct, lo, hi, "changed", basis)
+        return Change(pct, lo, hi, "changed", basis, **means)
     b_wins = mean_d > 0 if better == "higher" else mean_d < 0
-    return Change(pct, lo, hi, "better" if b_wins else "worse", basis)
+    return Change(pct, lo, hi, "better" if b_wins else "worse", basis, **means)
 
 
 @dataclass(frozen=True)
@@ -212,6 +228,12 @@ class Change:
     hi: float | None
     verdict: str  # better | worse | changed | within noise | no change | single run | …
     basis: str  # "paired, N seeds" | "repeats, NA + NB runs" | "bands" | "single run" | ""
+    # the values of A and B the change is computed from (what a page or the terminal shows):
+    # the means of the paired seeds or of a timing tier's runs, else asv's value (the median
+    # of its samples); None for a side not measured
+    a: float | None = None
+    b: float | None = None
+    stat: str = "value"  # "mean" where a and b are means, "value" where they are asv's values
 
     @property
     def size(self) -> float:
@@ -242,12 +264,33 @@ class Change:
         return 2 if self.basis == "bands" else 3
 
 
-def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Change:
+def change_of(
+    a: Side | None,
+    b: Side | None,
+    better: str,
+    tier: str = "",
+    quantity: metrics.Quantity | None = None,
+) -> Change:
+    """The change from A to B by the rules above; with the metric's ``quantity`` (its bounds),
+    its interval clipped at the bounds (:func:`_clipped`) and a count with too few events
+    "too few to judge" (:func:`_too_few`)."""
+    change = _change_of(a, b, better, tier)
+    if quantity is None or a is None or b is None:
+        return change
+    if quantity.count and tier not in metrics.DETERMINISTIC_TIERS:
+        few = _too_few(change, a, b)
+        if few is not None:
+            return few
+    return _clipped(change, quantity)
+
+
+def _change_of(a: Side | None, b: Side | None, better: str, tier: str) -> Change:
     if a is None or b is None:
-        return Change(None, None, None, "not measured", "")
+        return Change(None, None, None, "not measured", "", a and a.value, b and b.value)
+    values = {"a": a.value, "b": b.value}
     if better == "instrument":
         pct = (b.value - a.value) / abs(a.value) * 100 if a.value != 0 else None
-        return Change(pct, None, None, "instrument", "")
+        return Change(pct, None, None, "instrument", "", **values)
     timing = tier in metrics.TIMING_TIERS
     if timing:  # repeats of one measurement, never paired
         reps = repeats_of(a, b)
@@ -257,9 +300,9 @@ def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Ch
         pairs = paired_with(a, b)
         if pairs is not None:
             return _paired_change(pairs, better)
-    if a.value == b.value:
-        return Change(0.0, None, None, "no change", "bands" if a.banded and b.banded else "")
     banded = a.banded and b.banded
+    if a.value == b.value:
+        return Change(0.0, None, None, "no change", "bands" if banded else "", **values)
     pct = lo = hi = None
     if a.value != 0:
         scale = abs(a.value)
@@ -270,13 +313,66 @@ def change_of(a: Side | None, b: Side | None, better: str, tier: str = "") -> Ch
     deterministic = tier in metrics.DETERMINISTIC_TIERS and not banded
     basis = "bands" if banded else "deterministic" if deterministic else "single run"
     if banded and a.lo <= b.hi and b.lo <= a.hi:  # type: ignore[operator]
-        return Change(pct, lo, hi, "within noise", basis)
+        return Change(pct, lo, hi, "within noise", basis, **values)
     if (not banded and not deterministic) or (timing and _too_few_runs(a, b)):
-        return Change(pct, lo, hi, "single run", basis)
+        return Change(pct, lo, hi, "single run", basis, **values)
     if better not in ("higher", "lower"):
-        return Change(pct, lo, hi, "changed", basis)
+        return Change(pct, lo, hi, "changed", basis, **values)
     b_wins = b.value > a.value if better == "higher" else b.value < a.value
-    return Change(pct, lo, hi, "better" if b_wins else "worse", basis)
+    return Change(pct, lo, hi, "better" if b_wins else "worse", basis, **values)
+
+
+def chart_change(chart: dict[str, Any], a: Side | None, b: Side | None) -> Change:
+    """The change of one of the model's charts (its direction, tier and bounds) from A to B."""
+    bounds = chart.get("bounds")
+    q = metrics.Quantity(bounds[0], bounds[1], chart.get("count", False)) if bounds else None
+    return change_of(a, b, chart["better"], chart["tier"], q)
+
+
+def _clipped(c: Change, q: metrics.Quantity) -> Change:
+    """The change's interval cut where the quantity's bounds cut it.
+
+    The intervals are t intervals (or band differences) on B − A, over A: symmetric, so for a
+    quantity near a bound they run past what B can be (a count below 0, a fraction above 1).
+    B's bound gives the change's: B ≥ lo means (B − A) / A ≥ (lo − A) / A, -100 % for a count
+    that drops to 0. Clipping keeps the interval's other end and every verdict as they were
+    (the estimate B lies within the bounds, so the clipped interval still holds it; whether it
+    holds 0 does not change). Not an interval on log(B / A): a drop to 0 has no log ratio,
+    and the pages mirror these difference intervals (dashboard.js ``clipped``)."""
+    if c.lo is None or c.hi is None or c.a is None or c.a <= 0:
+        return c
+    lo, hi = c.lo, c.hi
+    if q.lo is not None:
+        floor = (q.lo - c.a) / c.a * 100
+        lo, hi = max(lo, floor), max(hi, floor)
+    if q.hi is not None:
+        ceiling = (q.hi - c.a) / c.a * 100
+        lo, hi = min(lo, ceiling), min(hi, ceiling)
+    return replace(c, lo=lo, hi=hi)
+
+
+def _events(side: Side) -> float:
+    """How many events a side of a count holds: the sum of its recorded seeds or runs, else
+    its value."""
+    if side.samples is not None and _finite(side.samples):
+        return sum(_finite(side.samples))
+    return side.value
+
+
+def _too_few(c: Change, a: Side, b: Side) -> Change | None:
+    """A count whose two sides hold fewer than ``MIN_COUNT_EVENTS`` events together: "too few
+    to judge", the counts in place of a percentage. None when there are enough, or when the
+    change needs no judging (no change, the instrument)."""
+    if c.verdict in ("no change", "instrument", "not measured"):
+        return None
+    if c.basis.startswith("paired"):
+        pairs = paired_with(a, b) or []
+        ea, eb = sum(x for x, _ in pairs), sum(y for _, y in pairs)
+    else:
+        ea, eb = _events(a), _events(b)
+    if ea + eb >= MIN_COUNT_EVENTS:
+        return None
+    return replace(c, pct=None, lo=None, hi=None, verdict=TOO_FEW, basis=f"{ea:g} vs {eb:g} events")
 
 
 def _too_few_runs(a: Side, b: Side) -> bool:
@@ -285,14 +381,23 @@ def _too_few_runs(a: Side, b: Side) -> bool:
 
 
 def fmt_pct(c: Change) -> str:
+    """ "-13.4 % [-100, +93.9]": the change and its interval (an end past ±100 without its
+    decimal: the line stays short where a count fell to 0); "3 vs 0 events" for a count too
+    small to judge; "from 0" with no percentage."""
     if c.verdict == "not measured":
         return "—"
+    if c.verdict == TOO_FEW:
+        return c.basis  # "3 vs 0 events"
     if c.pct is None:
         return "from 0"
     text = f"{c.pct:+.1f} %"
     if c.lo is not None and c.hi is not None:
-        text += f" [{c.lo:+.1f}, {c.hi:+.1f}]"
+        text += f" [{_end(c.lo)}, {_end(c.hi)}]"
     return text
+
+
+def _end(x: float) -> str:
+    return f"{x:+.0f}" if abs(x) >= 100 else f"{x:+.1f}"
 
 
 @dataclass(frozen=True)
@@ -394,7 +499,7 @@ def compare_commits(
                     chart["better"],
                     a,
                     b,
-                    change_of(a, b, chart["better"], chart["tier"]),
+                    chart_change(chart, a, b),
                 )
             )
     rows.sort(key=sort_key)
@@ -483,7 +588,7 @@ def summary(
                 row = out[section][rk] = SummaryRow(
                     section, scen, s["machine"], s["env"], metrics.is_control(scen)
                 )
-            row.cells[key] = (chart, a, b, change_of(a, b, chart["better"], chart["tier"]))
+            row.cells[key] = (chart, a, b, chart_change(chart, a, b))
     for (section, regime), chart in regimes.items():
         for s in chart["series"]:
             rows = out.get(section, {})

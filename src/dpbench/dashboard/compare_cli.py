@@ -1,20 +1,25 @@
 """`dpbench compare A B`: the dashboard's summary and verdicts in the terminal, with a CI exit code.
 
-By default it fits a screen: the answer first (the headline rows of the answer's sections,
-placement, the twin at the README's headline settings and SGLang's real scheduler: one line
-a metric, with its change, interval and verdict), then the few most significant other
-changes, one line each. ``--all``: every summary table (per tier and scenario, delayer-off
-scenarios apart as the control) and every metric. With ``--asv``, asv's own ``asv compare``
-table first. Exit code: 0 when no metric got worse (outside noise) by ``--fail-above`` % or
-more (default 5), 1 when one did (a worsening from 0 always counts; metrics without a
-direction, single runs and the instrument's health never gate), 2 for bad arguments.
+By default it fits one 80 × 50 screen: the answer first (the headline rows of the answer's
+sections, placement, the twin at the README's headline settings and SGLang's real scheduler:
+one line a metric, with the values its change is computed from, the change, its interval and
+the verdict; :mod:`dpbench.dashboard.compare_text` lays them out to the terminal's width), then
+as many of the most significant other changes as the screen holds. ``--all``: every summary
+table (per tier and scenario, delayer-off scenarios apart as the control) and every metric. With
+``--asv``, asv's own ``asv compare`` table first. Exit code: 0 when no metric got worse (outside
+noise) by ``--fail-above`` % or more (default 5), 1 when one did (a worsening from 0 always
+counts; metrics without a direction, single runs and the instrument's health never gate), 2 for
+bad arguments, and for a missing answer: a side's results file unreadable, or a headline metric
+one side lacks (:mod:`dpbench.dashboard.completeness`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import textwrap
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -24,12 +29,14 @@ from rich.table import Table
 from rich.text import Text
 
 from dpbench.core.paths import project_root
+from dpbench.core.tables import Column, fits
 from dpbench.dashboard import loaders, metrics
 from dpbench.dashboard.compare import (
     QUIET,
     VERDICT_ORDER,
     Change,
     CommitNotFound,
+    Row,
     Side,
     compare_commits,
     fmt_pct,
@@ -39,25 +46,19 @@ from dpbench.dashboard.compare import (
     scenario_text,
     summary,
 )
+from dpbench.dashboard.compare_text import (
+    LEGEND,
+    VERDICT_STYLE,
+    Entry,
+    Item,
+    basis_text,
+    change_lines,
+    metric_lines,
+    short,
+    values_text,
+)
+from dpbench.dashboard.completeness import headline_items, missing_headlines, unreadable
 from dpbench.dashboard.model import build_model
-
-
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "—"
-    a = abs(v)
-    return f"{v:.3e}" if a and (a >= 1e6 or a < 1e-3) else f"{v:.4g}"
-
-
-def _short(v: float) -> str:
-    """A value for the answer's lines: 420,600 rather than 4.206e+05."""
-    return f"{v:,.0f}" if 1e4 <= abs(v) < 1e9 else _fmt(v)
-
-
-def _side(s: Side | None) -> str:
-    if s is None:
-        return "—"
-    return _fmt(s.value) + (f" [{_fmt(s.lo)}, {_fmt(s.hi)}]" if s.banded else "")
 
 
 def asv_compare(
@@ -83,95 +84,79 @@ def asv_compare(
     return buf.getvalue()
 
 
-PLACEMENT_LABELS = {0: "unknown", 1: "early", 2: "post-kv", 3: "absent"}
-VERDICT_STYLE = {"worse": "bold red", "better": "green", "changed": "blue"}
 EXIT_REGRESSION = 1
+EXIT_MISSING = 2  # typer's code for bad arguments: the results cannot answer the question
+TOP_OTHER_ROWS = 10
+SCREEN_LINES = 50  # the default view fits an 80 × 50 screen: the answer, then what fits
+
+
+def _side(s: Side | None, value: float | None, banded: bool) -> str:
+    """A value as its change used it; with its band where the bands decided."""
+    if s is None or value is None:
+        return "—"
+    return short(value) + (f" [{short(s.lo)}, {short(s.hi)}]" if banded and s.banded else "")
 
 
 def _cell(chart: dict, a: Side | None, b: Side | None, change: Change) -> Text:
-    if chart.get("key") == "placement":
-        la = PLACEMENT_LABELS.get(round(a.value), _fmt(a.value)) if a else "—"
-        lb = PLACEMENT_LABELS.get(round(b.value), _fmt(b.value)) if b else "—"
-        return Text(f"{la} → {lb}\n{change.verdict}")
-    text = Text(f"{_side(a)} → {_side(b)}\n{fmt_pct(change)} ")
+    values = values_text(chart, change)
+    if chart.get("key") != "placement" and change.basis == "bands":
+        values = f"{_side(a, change.a, True)} → {_side(b, change.b, True)}"
+    text = Text(values + "\n" + ("" if chart.get("key") == "placement" else fmt_pct(change) + " "))
     text.append(change.verdict, style=VERDICT_STYLE.get(change.verdict, "dim"))
-    if change.basis.startswith(("paired", "repeats")) or change.basis == "deterministic":
-        text.append(f" ({change.basis})", style="dim")
+    if basis_text(change):
+        text.append(f" ({basis_text(change)})", style="dim")
     return text
 
 
-# The answer's sections (metrics.SECTION_ORDER ranks 0-2: placement, the twin's headline
-# settings, SGLang's real scheduler) and the metrics each opens with.
-ANSWER_RANKS = 3
-ANSWER_KEYS = ("placement", "false_reports", "mixed", "decode_beside", "ttft_p99", "throughput")
-TOP_OTHER_ROWS = 10
-
-
-def _verdict_text(change: Change) -> str:
-    if change.basis.startswith(("paired", "repeats")) or change.basis == "deterministic":
-        return f"{change.verdict} ({change.basis})"
-    return change.verdict
-
-
-def print_answer(
-    console: Console, model: dict, ia: int, ib: int, machine: str | None
-) -> set[tuple[str, str, tuple[str, ...]]]:
-    """The answer's sections, a line a metric under its section and setting; returns the
+def answer_items(
+    model: dict, ia: int, ib: int, machine: str | None
+) -> tuple[list[Item], set[tuple[str, str, tuple[str, ...]]]]:
+    """The answer's sections as headings, settings and a line a headline metric; and the
     (tier, metric, params) shown, so the list of other changes leaves them out."""
     headings = {k: h for k, h, _ in metrics.KEY_METRICS}
+    items: list[Item] = []
     shown: set[tuple[str, str, tuple[str, ...]]] = set()
-    lines: list[tuple[str, ...]] = []  # ("head", text) | ("row", metric, values, change, verdict)
-    for section, rows in summary(model, ia, ib, machine).items():
-        if metrics.section_rank(section)[0] >= ANSWER_RANKS:
-            continue
-        rows = [r for r in rows if not r.control]
+    answer = headline_items(model, ia, ib, machine)
+    for section in dict.fromkeys(sec for sec, _, _ in answer):
+        rows = [r for sec, r, _ in answer if sec == section]
         regimes = {regime_text(r) for r in rows} - {""}
-        lines.append(("head", section + (f" — {regimes.pop()}" if len(regimes) == 1 else "")))
-        for r in rows:
+        items.append(("head", section + (f" — {regimes.pop()}" if len(regimes) == 1 else "")))
+        for sec, r, cells in answer:
+            if sec != section:
+                continue
             setting = scenario_text(r.scenario) if r.scenario else ""
             if len(regimes) > 1 and regime_text(r):
                 setting += f" ({regime_text(r)})"
             if setting:
-                lines.append(("setting", setting))
-            for key in ANSWER_KEYS:
-                if key not in r.cells:
-                    continue
-                chart, a, b, change = r.cells[key]
-                if key == "placement":
-                    la = PLACEMENT_LABELS.get(round(a.value), _fmt(a.value)) if a else "—"
-                    lb = PLACEMENT_LABELS.get(round(b.value), _fmt(b.value)) if b else "—"
-                    values, pct = f"{la} → {lb}", ""
-                else:
-                    values = f"{_short(a.value) if a else '—'} → {_short(b.value) if b else '—'}"
-                    pct = fmt_pct(change)
-                lines.append(
-                    ("row", headings[key], values, pct, _verdict_text(change), change.verdict)
-                )
-                for s in chart["series"]:
-                    scen = {k: v for k, v in s["scenario"].items() if k != "run"}
-                    if chart["source"] != "asv":
-                        scen = {"run": s["scenario"].get("run", "")}
-                    if scen == r.scenario:
-                        shown.add((chart["tier"], chart["title"], tuple(s["params"])))
-    widths = [max((len(ln[i]) for ln in lines if ln[0] == "row"), default=0) for i in range(1, 4)]
-    for ln in lines:
-        if ln[0] == "head":
-            console.print(Text(ln[1], style="bold cyan"), highlight=False)
-        elif ln[0] == "setting":
-            console.print(Text(f"  {ln[1]}", style="bold"), highlight=False)
-        else:
-            text = Text(
-                "    " + "  ".join(c.ljust(w) for c, w in zip(ln[1:4], widths, strict=True)) + "  "
-            )
-            text.append(ln[4], style=VERDICT_STYLE.get(ln[5], "dim"))
-            console.print(text, highlight=False, overflow="ellipsis", no_wrap=True)
-    return shown
+                items.append(("setting", setting))
+            for key, chart, _a, _b, change in cells:
+                items.append(Entry.of(headings[key], chart, change))
+                shown |= _series_shown(chart, r.scenario)
+    return items, shown
+
+
+def _series_shown(chart: dict, scenario: dict) -> set[tuple[str, str, tuple[str, ...]]]:
+    out = set()
+    for s in chart["series"]:
+        scen = {k: v for k, v in s["scenario"].items() if k != "run"}
+        if chart["source"] != "asv":
+            scen = {"run": s["scenario"].get("run", "")}
+        if scen == scenario:
+            out.add((chart["tier"], chart["title"], tuple(s["params"])))
+    return out
+
+
+def _print_lines(console: Console, lines: list[Text]) -> None:
+    for line in lines:
+        console.print(line, highlight=False, no_wrap=True, overflow="fold", crop=False)
 
 
 def print_summary(console: Console, model: dict, ia: int, ib: int, machine: str | None) -> int:
-    """The summary tables (one per tier); returns how many rows were printed."""
+    """The summary tables (one per tier); returns how many rows were printed. Where one is
+    wider than the console, every scenario is a block instead, a line a metric."""
     headings = {k: h for k, h, _ in metrics.KEY_METRICS}
-    n = 0
+    tables: list[Table] = []
+    items: list[Item] = []
     for tier, rows in summary(model, ia, ib, machine).items():
         keys = [k for k in headings if any(k in r.cells for r in rows)]
         for control in (False, True):
@@ -181,21 +166,42 @@ def print_summary(console: Console, model: dict, ia: int, ib: int, machine: str 
             title = f"summary · tier {tier}" + (
                 " · control: delayer off (placement cannot matter)" if control else ""
             )
-            table = Table(title=Text(title), title_justify="left", show_lines=True)
-            table.add_column("scenario", overflow="fold")
-            table.add_column("machine / env", overflow="fold")
-            for k in keys:
-                table.add_column(headings[k], overflow="fold")
+            tables.append(_summary_table(title, part, keys, headings))
+            items.append(("head", title))
             for r in part:
                 regime = regime_text(r)
-                scen = scenario_text(r.scenario) + (f"\n{regime}" if regime else "")
-                cells = [Text(scen), Text(f"{r.machine} / {r.env}")]
+                where = f"{r.machine} / {r.env}"
+                items.append(
+                    (
+                        "setting",
+                        " · ".join(filter(None, [scenario_text(r.scenario), regime, where])),
+                    )
+                )
                 for k in keys:
-                    cells.append(_cell(*r.cells[k]) if k in r.cells else Text("—"))
-                table.add_row(*cells)
-                n += 1
-            console.print(table)
-    return n
+                    if k in r.cells:
+                        chart, _, _, change = r.cells[k]
+                        items.append(Entry.of(headings[k], chart, change))
+    if all(fits(console, t) for t in tables):
+        for t in tables:
+            console.print(t)
+    else:
+        _print_lines(console, metric_lines(items, console.width))
+    return sum(1 for i in items if isinstance(i, tuple) and i[0] == "setting")
+
+
+def _summary_table(title: str, rows: list, keys: list[str], headings: dict[str, str]) -> Table:
+    table = Table(title=Text(title), title_justify="left", show_lines=True)
+    table.add_column("scenario", overflow="fold")
+    table.add_column("machine / env", overflow="fold")
+    for k in keys:
+        table.add_column(headings[k], no_wrap=True)
+    for r in rows:
+        regime = regime_text(r)
+        scen = scenario_text(r.scenario) + (f"\n{regime}" if regime else "")
+        cells = [Text(scen), Text(f"{r.machine} / {r.env}")]
+        cells += [_cell(*r.cells[k]) if k in r.cells else Text("—") for k in keys]
+        table.add_row(*cells)
+    return table
 
 
 def compare_command(
@@ -240,9 +246,38 @@ def compare_command(
     It shows the deciding metrics per tier and scenario, then every change. Exit 0: no
     regression of --fail-above % or more; 1: at least one; 2: bad arguments."""
     root = project_root()
-    results = results or root / "results"
-    config = config or root / "asv.releases.json"
     console = Console()
+    loaded, history = _load(results or root / "results", history_repo)
+    model = build_model(loaded, history)
+    ia, ib = _resolve(model, a, history), _resolve(model, b, history)
+    _require_answers(model, ia, ib, machine)
+    for p in model["problems"]:  # other commits' files: named, and left out
+        console.print(
+            f"[yellow]skipped[/] {escape(p['path'])}: {escape(p['reason'])}", highlight=False
+        )
+    if asv and (config or root / "asv.releases.json").exists():
+        _print_asv(console, loaded, model, ia, ib, machine, config or root / "asv.releases.json",
+                   results or root / "results", history_repo)  # fmt: skip
+    ca, cb = model["commits"][ia], model["commits"][ib]
+    head = (
+        f"A = {ca['label']} ({ca['placement'] or 'placement not measured'})  →  "
+        f"B = {cb['label']} ({cb['placement'] or 'placement not measured'})"
+    )
+    console.print(Text(head, style="bold"), highlight=False)
+    rows = compare_commits(model, ia, ib, machine)
+    tail = [*_counts_text(model, rows), _gate_text(rows, fail_above)]
+    if show_all:
+        _print_all(console, model, ia, ib, machine, rows)
+    else:
+        used = sum(_lines(t, console.width) for t, _ in [(head, ""), *tail])
+        _print_default(console, model, ia, ib, machine, rows, used + len(model["problems"]))
+    for text, style in tail:
+        console.print(Text(text, style=style), highlight=False)
+    if fail and regressions(rows, fail_above):
+        raise typer.Exit(EXIT_REGRESSION)
+
+
+def _load(results: Path, history_repo: Path | None) -> tuple[loaders.Loaded, list[dict]]:
     try:
         loaded = loaders.load_results(results)
     except FileNotFoundError as exc:
@@ -251,114 +286,166 @@ def compare_command(
         from dpbench.dashboard.build import default_history
 
         history_repo = default_history(loaded)
-    model = build_model(loaded, loaders.read_history(history_repo))
-    for p in model["problems"]:
-        console.print(
-            f"[yellow]skipped[/] {escape(p['path'])}: {escape(p['reason'])}", highlight=False
-        )
+    return loaded, loaders.read_history(history_repo)
+
+
+def _resolve(model: dict, name: str, history: list[dict]) -> int:
+    """A commit's index; a name that matches none, but whose results file could not be read,
+    is refused naming that file."""
     try:
-        ia, ib = resolve_commit(model, a), resolve_commit(model, b)
+        return resolve_commit(model, name)
     except CommitNotFound as exc:
+        tagged = [h["commit"] for h in history if {name, f"v{name}"} & set(h["tags"])]
+        bad = [p for sha in tagged or [name.lower()] for p in unreadable(model["problems"], sha)]
+        if bad:
+            raise typer.BadParameter(f"{exc}; {_unreadable_text(bad)}") from exc
         raise typer.BadParameter(str(exc)) from exc
-    ca, cb = model["commits"][ia], model["commits"][ib]
 
-    if asv and config.exists():
-        asv_shas = {r.commit for r in loaded.asv_runs}
-        machines = sorted(
-            {r.machine for r in loaded.asv_runs if r.commit in (ca["sha"], cb["sha"])}
-        )
-        for m in machines:
-            if machine and m != machine:
-                continue
-            if ca["sha"] in asv_shas and cb["sha"] in asv_shas:
-                console.rule(Text(f"asv compare · machine {m}"), style="cyan")
-                print(asv_compare(config, results, history_repo, ca["sha"], cb["sha"], m))
 
-    console.print(
-        Text(
-            f"A = {ca['label']} ({ca['placement'] or 'placement not measured'})  →  "
-            f"B = {cb['label']} ({cb['placement'] or 'placement not measured'})",
-            style="bold",
-        )
-    )
-    rows = compare_commits(model, ia, ib, machine)
-    counts = Counter(r.verdict for r in rows)
-    if show_all:
-        print_summary(console, model, ia, ib, machine)
-        shown = rows
-        title = "every metric, answer first"
-    else:
-        answered = print_answer(console, model, ia, ib, machine)
-        loud = [r for r in rows if r.verdict not in QUIET]
-        others = [r for r in loud if (r.tier, r.metric, r.params) not in answered]
-        shown = others[:TOP_OTHER_ROWS]
-        title = (
-            f"the {len(shown)} most significant other changes of {len(loud)} with a verdict "
-            f"(every table and metric: --all)"
-        )
-    table = Table(title=Text(title), title_justify="left", box=None, pad_edge=False)
-    columns = ("metric", "A", "B", "change", "verdict")
-    if show_all:
-        columns = (
-            "tier",
-            "metric",
-            "machine / env",
-            "unit",
-            "better",
-            "A",
-            "B",
-            "change",
-            "verdict",
-        )
-    for col in columns:
-        table.add_column(col, overflow="fold" if show_all else "ellipsis", no_wrap=not show_all)
-    for r in shown:
-        metric = r.metric + (f" ({', '.join(r.params)})" if r.params else "")
-        if not show_all:
-            metric = f"{r.tier} · {metric}"
-        cells = {
-            "tier": r.tier,
-            "metric": metric,
-            "machine / env": f"{r.machine} / {r.env}",
-            "unit": r.unit,
-            "better": r.better,
-            "A": _side(r.a),
-            "B": _side(r.b),
-            "change": fmt_pct(r.change),
-            "verdict": _verdict_text(r.change),
-        }
-        table.add_row(
-            *(Text(cells[c]) for c in columns), style=VERDICT_STYLE.get(r.verdict, "")
-        )  # Text: no rich markup from results
-    console.print(table, highlight=False)
-    if not rows:
-        console.print("no metric was measured on either commit")
-    console.print(
-        ", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER if counts[v]) or "no metrics",
-        highlight=False,
-    )
-    if model["unknown_directions"]:
-        console.print(
-            "direction unknown (never gated): " + ", ".join(model["unknown_directions"]),
-            style="yellow",
+def _unreadable_text(problems: list[dict[str, str]]) -> str:
+    return "unreadable: " + "; ".join(f"{p['path']} ({p['reason']})" for p in problems)
+
+
+def _require_answers(model: dict, ia: int, ib: int, machine: str | None) -> None:
+    """Exit 2 when a side's results are unreadable or lack a headline metric the other side
+    has: a gate never passes on a missing answer."""
+    err = Console(stderr=True)
+    why = []
+    for side, i in (("A", ia), ("B", ib)):
+        bad = unreadable(model["problems"], model["commits"][i]["sha"])
+        if bad:
+            why.append(f"commit {side} ({model['commits'][i]['label']}) {_unreadable_text(bad)}")
+    if not why:
+        why = missing_headlines(model, ia, ib, machine)
+    if why:
+        for line in why:  # soft wrap: a path stays whole, to copy
+            err.print(Text(f"error: {line}", style="bold red"), highlight=False, soft_wrap=True)
+        err.print(
+            "cannot compare on a missing answer: repair or rerun those results, then compare again",
             highlight=False,
         )
-    gating = regressions(rows, fail_above)
-    if gating:
-        console.print(
-            Text(
-                f"{len(gating)} regression(s) of ≥ {fail_above:g} % outside noise: "
-                + "; ".join(
-                    f"{r.tier} {r.metric}"
-                    + (f" ({', '.join(r.params)})" if r.params else "")
-                    + f" {fmt_pct(r.change)}"
-                    for r in gating[:10]
-                )
-                + (" …" if len(gating) > 10 else ""),
-                style="bold red",
+        raise typer.Exit(EXIT_MISSING)
+
+
+def _print_asv(
+    console: Console,
+    loaded: loaders.Loaded,
+    model: dict,
+    ia: int,
+    ib: int,
+    machine: str | None,
+    config: Path,
+    results: Path,
+    history_repo: Path | None,
+) -> None:
+    ca, cb = model["commits"][ia], model["commits"][ib]
+    asv_shas = {r.commit for r in loaded.asv_runs}
+    machines = sorted({r.machine for r in loaded.asv_runs if r.commit in (ca["sha"], cb["sha"])})
+    for m in machines:
+        if machine and m != machine:
+            continue
+        if ca["sha"] in asv_shas and cb["sha"] in asv_shas:
+            console.rule(Text(f"asv compare · machine {m}"), style="cyan")
+            print(asv_compare(config, results, history_repo, ca["sha"], cb["sha"], m))
+
+
+def _row_entry(r: Row, with_tier: bool) -> Entry:
+    label = r.metric + (f" ({', '.join(r.params)})" if r.params else "")
+    chart = {"key": "placement" if r.metric.endswith("placement_code") else None}
+    return Entry.of(f"{r.tier} · {label}" if with_tier else label, chart, r.change)
+
+
+def _print_default(
+    console: Console,
+    model: dict,
+    ia: int,
+    ib: int,
+    machine: str | None,
+    rows: list[Row],
+    used: int,
+) -> None:
+    """The answer, a legend, then as many of the most significant other changes as leave the
+    screen (SCREEN_LINES, of which ``used`` go to the lines around these) whole."""
+    items, answered = answer_items(model, ia, ib, machine)
+    answer = metric_lines(items, console.width)
+    _print_lines(console, answer)
+    console.print(Text(LEGEND, style="dim"), highlight=False)
+    loud = [r for r in rows if r.verdict not in QUIET]
+    others = [r for r in loud if (r.tier, r.metric, r.params) not in answered]
+    title = "the {} most significant other changes of {} with a verdict (all: --all)"
+    room = SCREEN_LINES - used - len(answer) - 1 - _lines(title, console.width)
+    shown: list[Text] = []
+    n = 0
+    for k in range(1, min(len(others), TOP_OTHER_ROWS) + 1):
+        lines = change_lines([_row_entry(r, True) for r in others[:k]], console.width)
+        if len(lines) > room:
+            break
+        shown, n = lines, k
+    console.print(Text(title.format(n, len(loud)), style="italic"), highlight=False)
+    _print_lines(console, shown)
+
+
+def _lines(text: str, width: int) -> int:
+    """How many lines ``text`` takes at ``width`` (rich wraps at spaces, as textwrap)."""
+    return len(textwrap.wrap(text, width)) or 1
+
+
+def _print_all(
+    console: Console, model: dict, ia: int, ib: int, machine: str | None, rows: list[Row]
+) -> None:
+    print_summary(console, model, ia, ib, machine)
+    title = "every metric, answer first"
+    columns = [Column(c) for c in ("tier", "metric", "machine / env", "unit", "better")]
+    columns += [Column("A", True), Column("B", True), Column("change"), Column("verdict")]
+    cells = []
+    for r in rows:
+        e = _row_entry(r, False)
+        banded = r.change.basis == "bands"
+        cells.append([r.tier, e.label, f"{r.machine} / {r.env}", r.unit, r.better,
+                      _side(r.a, r.change.a, banded), _side(r.b, r.change.b, banded), e.change,
+                      e.verdict + (f" ({e.basis})" if e.basis else "")])  # fmt: skip
+    table = Table(title=Text(title), title_justify="left", box=None)
+    for col in columns:
+        table.add_column(col.name, justify="right" if col.right else "left", no_wrap=True)
+    for row in cells:
+        table.add_row(*(Text(c) for c in row))
+    if fits(console, table):
+        console.print(table)
+    else:  # a line for its name, unit and direction, a line for its values and verdict
+        console.print(Text(title, style="italic"), highlight=False)
+        several = len({(r.machine, r.env) for r in rows}) > 1
+        entries = [
+            replace(
+                _row_entry(r, True),
+                label=f"{_row_entry(r, True).label} · {r.unit}, better {r.better}"
+                + (f" · {r.machine} / {r.env}" if several else ""),
             )
-        )
-        if fail:
-            raise typer.Exit(EXIT_REGRESSION)
-    else:
-        console.print(f"no regression of ≥ {fail_above:g} % outside noise", style="green")
+            for r in rows
+        ]
+        _print_lines(console, change_lines(entries, console.width))
+    if not rows:
+        console.print("no metric was measured on either commit")
+
+
+def _counts_text(model: dict, rows: list[Row]) -> list[tuple[str, str]]:
+    counts = Counter(r.verdict for r in rows)
+    out = [(", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER if counts[v]) or "no metrics", "")]
+    if model["unknown_directions"]:
+        unknown = ", ".join(model["unknown_directions"])
+        out.append((f"direction unknown (never gated): {unknown}", "yellow"))
+    return out
+
+
+def _gate_text(rows: list[Row], fail_above: float) -> tuple[str, str]:
+    gating = regressions(rows, fail_above)
+    if not gating:
+        return f"no regression of ≥ {fail_above:g} % outside noise", "green"
+    listed = "; ".join(
+        f"{r.tier} {r.metric}" + (f" ({', '.join(r.params)})" if r.params else "")
+        + f" {fmt_pct(r.change)}"
+        for r in gating[:10]
+    )  # fmt: skip
+    more = " …" if len(gating) > 10 else ""
+    return f"{len(gating)} regression(s) of ≥ {fail_above:g} % outside noise: {listed}{more}", (
+        "bold red"
+    )

@@ -93,6 +93,10 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
     (r"^prefix_reuse", "none", "the prefix reuse the traffic offered: descriptive"),
     (r"prefix_hit", "higher", "prompt tokens served from the radix cache"),
     (r"ttft_error|error_ms", "lower", "the load client's timing error"),
+    (r"malformed_chunks", "lower", "stream chunks the client could not parse"),
+    (r"cases_wrong", "lower", "kernel cases whose output was wrong"),
+    (r"^idle_passes_count$", "none", "how many scheduler passes ran idle: descriptive"),
+    (r"^prefill_delayer_wait", "lower", "how long a rank's prefill waited on the delayer"),
     (r"errors?$|errors?_", "lower", "failed requests"),
     (r"ttft|itl|tpot|e2e|latency", "lower", "a latency"),
     (r"retraction", "lower", "requests retracted for lack of KV"),
@@ -134,6 +138,59 @@ def direction(benchmark: str, declared: str | None = None) -> Direction:
     if declared in ("higher", "lower"):
         return Direction(declared, "declared by the tier's run file")
     return Direction("unknown", "not in dpbench.dashboard.metrics.DIRECTIONS")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """What values a metric can take: its bounds (None: unbounded) and whether it counts events."""
+
+    lo: float | None
+    hi: float | None
+    count: bool = False
+
+
+# (pattern on the metric name, lo, hi, counts events). First match wins. A comparison clips
+# intervals at these bounds (a count never below 0, a fraction never above 1), and a count
+# with too few events is "too few to judge" (dpbench.dashboard.compare.MIN_COUNT_EVENTS).
+QUANTITIES: tuple[tuple[str, float | None, float | None, bool], ...] = (
+    (r"^placement_code", None, None, False),  # a category
+    (r"^prefix_reuse", 0.0, None, False),  # a ratio of tokens
+    (r"error_ms", None, None, False),  # the load client's signed timing error
+    (r"imbalance$", 1.0, None, False),  # max / mean over ranks
+    (
+        r"fraction|_rate$|attainment|utilization|occupied|^chunked_negotiates",
+        0.0,
+        1.0,
+        False,
+    ),
+    (
+        r"_count$|_total$|reports$|_steps$|retractions$|^errors$|^delay_passes$|outcomes$|"
+        r"^kv_exits|_cases$",
+        0.0,
+        None,
+        True,
+    ),
+    (
+        r"_ms_|_ms$|_us_|_us$|_s$|_s_|seconds|per_s$|throughput|bw|flop|wall|capacity_at_slo|"
+        r"_passes_mean$",
+        0.0,
+        None,
+        False,
+    ),
+)
+_QUANTITY_COMPILED = tuple((re.compile(p), Quantity(lo, hi, c)) for p, lo, hi, c in QUANTITIES)
+
+
+def quantity(benchmark: str) -> Quantity | None:
+    """The bounds of an asv benchmark (full name) or run-file metric (bare name), or None when
+    no row matches (then nothing is clipped; a test fails for such a metric of the suite)."""
+    if benchmark.rsplit(".", 1)[-1].startswith(ASV_LOWER_PREFIXES):
+        return Quantity(0.0, None)  # a time or a memory size
+    name = metric_name(benchmark)
+    for pattern, q in _QUANTITY_COMPILED:
+        if pattern.search(name):
+            return q
+    return None
 
 
 # The metrics that decide the question, in the order the summary shows them:
@@ -194,6 +251,26 @@ def section_rank(section: str) -> tuple[int, str]:
         if re.search(pattern, section):
             return (rank, section)
     return (len(SECTION_ORDER), section)
+
+
+# The scenario the history page opens on: the twin's headline (benchmarks/twin.py TwinHeadline:
+# HEADLINE_SPEC at DP 4 and SGLang's chunk size 8192, "default"), delayer on.
+HEADLINE_SCENARIO = {
+    "spec": "long-prompt-burst",
+    "dp_size": "4",
+    "chunked_prefill": "default",
+    "delayer": "on",
+}
+
+
+def default_scenario(axes: dict[str, list[str]]) -> dict[str, str]:
+    """Each scenario axis's first view: the headline's value where the axis has it, else the
+    axis's first value."""
+    return {
+        axis: HEADLINE_SCENARIO[axis] if HEADLINE_SCENARIO.get(axis) in values else values[0]
+        for axis, values in axes.items()
+        if values
+    }
 
 
 # Parameter names that mean the same scenario axis across tiers (server: workload = twin: spec).

@@ -15,6 +15,7 @@ from dpbench.core.cli_help import Typer
 from dpbench.core.cli_options import OutputOpt
 from dpbench.core.progress import console, progress
 from dpbench.core.schema import with_options
+from dpbench.core.tables import Column, fit
 from dpbench.server.client import RequestOutcome
 from dpbench.server.fidelity import Inputs
 from dpbench.server.launcher import ServerProcess
@@ -292,6 +293,32 @@ def _ci(row: dict[str, Any]) -> str:
     return f" [{lo * scale:+.3g}, {hi * scale:+.3g}]"
 
 
+FIDELITY_COLUMNS = [
+    Column("metric"),
+    Column("twin", True),
+    Column("server mean", True),
+    Column("server runs", True),
+    Column("server − twin", True),
+    Column("twin on each run's arrivals", True),
+    Column("server − that (paired mean [95 % CI])", True),
+]
+
+
+def _fidelity_row(row: dict[str, Any]) -> list[str]:
+    return [
+        f"{row['metric']} ({row['unit']})",
+        f"{row['twin']:.4g}" + (" (in range)" if row["within_range"] else ""),
+        f"{row['server']:.4g}",
+        " ".join(
+            f"{v:.4g}" + ("" if ok else "(x)")
+            for v, ok in zip(row["server_runs"], row["valid_runs"], strict=True)
+        ),
+        _fidelity_diff(row, "diff", "rel"),
+        " ".join(f"{v:.4g}" for v in row["replay_runs"]),
+        _fidelity_diff(row, "replay_diff", "replay_rel") + _ci(row),
+    ]
+
+
 @app.command()
 @with_options(Inputs, param="base", error=ValueError)
 def fidelity(
@@ -333,36 +360,12 @@ def fidelity(
         except FidelityError as exc:
             _fail(str(exc))
         idle = ", ".join(f"{v:.1%}" for v in report["server_device_idle_fraction"])
-        table = Table(
-            title=f"twin vs server (forward simulated, cost model {report['cost_model']}): {spec}, "
+        title = (
+            f"twin vs server (forward simulated, cost model {report['cost_model']}): {spec}, "
             f"dp {dp}, chunk {chunked_prefill_size}, SGLang {release}, {repeats} server run(s); "
             f"server device idle (CPU work not hidden) {idle}"
         )
-        cols = (
-            "metric",
-            "twin",
-            "server mean",
-            "server runs",
-            "server − twin",
-            "twin on each run's arrivals",
-            "server − that (paired mean [95 % CI])",
-        )
-        for col in cols:
-            table.add_column(col, justify="left" if col == "metric" else "right")
-        for row in report["rows"]:
-            table.add_row(
-                f"{row['metric']} ({row['unit']})",
-                f"{row['twin']:.4g}" + (" (in range)" if row["within_range"] else ""),
-                f"{row['server']:.4g}",
-                " ".join(
-                    f"{v:.4g}" + ("" if ok else "(x)")
-                    for v, ok in zip(row["server_runs"], row["valid_runs"], strict=True)
-                ),
-                _fidelity_diff(row, "diff", "rel"),
-                " ".join(f"{v:.4g}" for v in row["replay_runs"]),
-                _fidelity_diff(row, "replay_diff", "replay_rel") + _ci(row),
-            )
-        con.print(table)
+        fit(con, FIDELITY_COLUMNS, [_fidelity_row(row) for row in report["rows"]], title=title)
         for i, health in enumerate(report["server_health"]):
             for line in health["broken"]:
                 con.print(
@@ -427,6 +430,6 @@ def diverge(
         _fail(str(exc))
     report["server_run"] = str(server_run)
     report["twin_modes"] = modes
-    print(dv.render(report, top=top))
+    print(dv.render(report, top=top, width=console().width))
     if output:
         write_json(output, report)

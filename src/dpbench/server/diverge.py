@@ -33,6 +33,8 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -449,8 +451,42 @@ def compare(server: Sequence[Step], twin: Sequence[Step], top: int = 8) -> dict[
     }
 
 
-def render(report: dict[str, Any], top: int = 8) -> str:
-    """The report as text (80 columns where the labels allow)."""
+def render(report: dict[str, Any], top: int = 8, width: int | None = None) -> str:
+    """The report as text; with ``width``, a longer line wraps at its spaces (never inside a
+    number or a rank's state), its continuation indented under its label."""
+    lines = _report_lines(report, top)
+    if width is None:
+        return "\n".join(lines)
+    return "\n".join(_wrapped(line, width) for line in lines)
+
+
+def _wrapped(line: str, width: int) -> str:
+    """A long line over several, its continuation under its label ("    server: "); the ranks'
+    states (joined by " ; ") each kept whole on a line where one fits."""
+    if len(line) <= width:
+        return line
+    label = re.match(r"\s*(?:\w+:\s+|step \d+\s*)?", line)
+    head = label.group(0) if label else ""
+    hang = " " * min(len(head), width // 2) or "  "
+    parts = line[len(head) :].split(" ; ")
+    out, current = [], head + parts[0]
+    for part in parts[1:]:  # a line break stands for the " ; " between two ranks
+        if len(current) + 3 + len(part) <= width:
+            current += f" ; {part}"
+        else:
+            out.append(current)
+            current = hang + part
+    out.append(current)
+    return "\n".join(
+        "\n".join(
+            textwrap.wrap(ln, width, subsequent_indent=hang, break_long_words=False,
+                          break_on_hyphens=False)
+        )
+        for ln in out
+    )  # fmt: skip
+
+
+def _report_lines(report: dict[str, Any], top: int) -> list[str]:
     lines = []
     c = report["counts"]
     lines.append("steps            server   twin")
@@ -503,7 +539,7 @@ def render(report: dict[str, Any], top: int = 8) -> str:
         )
         lines.append("    server: " + " ; ".join(fd2["server"]))
         lines.append("    twin:   " + " ; ".join(fd2["twin"]))
-    return "\n".join(lines)
+    return lines
 
 
 def load(path: str | Path) -> dict[str, Any]:

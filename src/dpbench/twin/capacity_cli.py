@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
+from rich.console import Console
 
 from dpbench.core.cli_options import (
     ArmsOpt,
@@ -29,6 +30,7 @@ from dpbench.core.cli_options import (
     SpecArg,
     TimeoutOpt,
 )
+from dpbench.core.tables import Column, fit
 from dpbench.metrics.latency import Slo, with_slo_options
 from dpbench.twin.arms import check_arms
 from dpbench.twin.job import arm_overrides
@@ -118,6 +120,37 @@ def _fmt_arm(a: dict[str, Any]) -> str:
     return text
 
 
+def capacity_table(
+    rows: list[dict[str, Any]],
+    sglang: list[str],
+    attainment: float,
+    slo: Slo,
+) -> tuple[str, list[Column], list[list[str]]]:
+    """(title, columns, rows) of the capacity table: per DP and chunk size, each release's
+    capacity and each later release's paired difference from the first."""
+    title = (
+        f"capacity at SLO ({attainment:.0%} of requests with {slo.label}): offered rate "
+        "× the spec's, mean over seeds [95 % CI]"
+    )
+    columns = [Column("DP", True, True), Column("chunk", True, True)]
+    columns += [
+        Column(c, True) for c in (*sglang, *(f"{b} − {sglang[0]} (paired)" for b in sglang[1:]))
+    ]
+    cells = []
+    for r in rows:
+        row = [str(r["dp"]), str(r["chunked_prefill_size"])]
+        row += [_fmt_arm(r["arms"][a]) for a in sglang]
+        for b in sglang[1:]:
+            p = r["paired"][b]
+            row.append(
+                f"{p['mean_diff']:+.3g} [{p['ci95_low']:+.3g}, {p['ci95_high']:+.3g}] (n={p['n']})"
+                if p["n"] >= 2
+                else f"n={p['n']}"
+            )
+        cells.append(row)
+    return title, columns, cells
+
+
 @with_slo_options
 def capacity(
     spec: SpecArg,
@@ -150,8 +183,6 @@ def capacity(
 
     Capacity is the highest offered rate (× the spec's) whose SLO attainment holds. A bisection
     over the twin finds it for each release and seed; releases are paired by seed."""
-    from rich.table import Table
-
     from dpbench.core.atomic import write_json
     from dpbench.core.progress import console, progress
     from dpbench.twin.arms import run_arms
@@ -198,26 +229,8 @@ def capacity(
         )
     wall = time.perf_counter() - t0
     rows = summarise(arms)
-    table = Table(
-        title=f"capacity at SLO ({attainment:.0%} of requests with {slo.label}): offered rate "
-        "× the spec's, mean over seeds [95 % CI]"
-    )
-    for col in ("DP", "chunk", *sglang, *(f"{b} − {sglang[0]} (paired)" for b in sglang[1:])):
-        table.add_column(col, justify="right")
-    for r in rows:
-        cells = [str(r["dp"]), str(r["chunked_prefill_size"])]
-        cells += [_fmt_arm(r["arms"][a]) for a in sglang]
-        for b in sglang[1:]:
-            p = r["paired"][b]
-            cells.append(
-                f"{p['mean_diff']:+.3g} [{p['ci95_low']:+.3g}, {p['ci95_high']:+.3g}] (n={p['n']})"
-                if p["n"] >= 2
-                else f"n={p['n']}"
-            )
-        table.add_row(*cells)
-    from rich.console import Console
-
-    Console().print(table)
+    title, columns, cells = capacity_table(rows, sglang, attainment, slo)
+    fit(Console(), columns, cells, title=title, group=2, label=2)
     for a, res in arms.items():  # the curve each search walked: rate → attainment
         for r in res["rows"]:
             pts = ", ".join(

@@ -26,6 +26,7 @@ from dpbench.core.cli_options import (
     TimeoutOpt,
 )
 from dpbench.core.schema import with_options
+from dpbench.core.tables import fit
 from dpbench.twin.arms import check_arms
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
 from dpbench.twin.job import arm_overrides
@@ -281,40 +282,47 @@ def _sweep_arm(
     )
 
 
-def paired_table(rows: list[dict[str, Any]], a: str, b: str, metrics: tuple[str, ...]) -> Any:
-    from rich.table import Table
+def paired_table(
+    rows: list[dict[str, Any]], a: str, b: str, metrics: tuple[str, ...]
+) -> tuple[str, list[Any], list[list[str]], int]:
+    """(title, columns, rows, how many leading columns name a setting) of the paired table,
+    for :func:`dpbench.core.tables.fit`: a table where it fits, a block per metric where not."""
+    from dpbench.core.tables import Column
 
-    table = Table(
-        title=f"paired over seeds: {b} − {a} (mean, 95 % t interval); * = interval excludes 0"
-    )
+    title = f"paired over seeds: {b} − {a} (mean, 95 % t interval); * = interval excludes 0"
     rated = len({r.get("rate_scale", 1.0) for r in rows}) > 1
-    cols = ("DP", "chunk", *(("rate ×",) if rated else ()), "metric", a, b, "B − A", "95 % CI")
-    for col in (*cols, "rel", "multi-modal"):
-        table.add_column(col, justify="right" if col not in ("metric",) else "left")
+    setting = [Column("DP", True, True), Column("chunk", True, True)]
+    setting += [Column("rate ×", True, True)] if rated else []
+    columns = [*setting, Column("metric"), Column(a, True), Column(b, True)]
+    columns += [Column("B − A", True), Column("95 % CI", True), Column("rel", True)]
+    columns += [Column("multi-modal", True)]
     if rated:  # a metric's rows over the load axis together: its curve against the rate
         order = {m: i for i, m in enumerate(metrics)}
         rows = sorted(
             (r for r in rows if r["metric"] in order),
             key=lambda r: (r["dp"], r["chunked_prefill_size"], order[r["metric"]], r["rate_scale"]),
         )
+    cells = []
     for r in rows:
         if r["metric"] not in metrics:
             continue
         star = "*" if r["excludes_zero"] else ""
         mm = ",".join(x for x, f in ((a, r["multimodal_a"]), (b, r["multimodal_b"])) if f) or "-"
-        table.add_row(
-            str(r["dp"]),
-            str(r["chunked_prefill_size"]),
-            *((f"{r.get('rate_scale', 1.0):g}",) if rated else ()),
-            r["metric"],
-            f"{r['mean_a']:.4g}",
-            f"{r['mean_b']:.4g}",
-            f"{r['mean_diff']:+.4g}{star}",
-            f"[{r['ci95_low']:+.4g}, {r['ci95_high']:+.4g}]",
-            f"{100 * r['rel_diff']:+.1f} %" if r["rel_diff"] == r["rel_diff"] else "-",
-            mm,
+        cells.append(
+            [
+                str(r["dp"]),
+                str(r["chunked_prefill_size"]),
+                *((f"{r.get('rate_scale', 1.0):g}",) if rated else ()),
+                r["metric"],
+                f"{r['mean_a']:.4g}",
+                f"{r['mean_b']:.4g}",
+                f"{r['mean_diff']:+.4g}{star}",
+                f"[{r['ci95_low']:+.4g}, {r['ci95_high']:+.4g}]",
+                f"{100 * r['rel_diff']:+.1f} %" if r["rel_diff"] == r["rel_diff"] else "-",
+                mm,
+            ]
         )
-    return table
+    return title, columns, cells, len(setting)
 
 
 SWEEP_TABLE_METRICS = (
@@ -446,14 +454,16 @@ def _print_comparisons(
 
     from dpbench.twin.sweep import compare
 
-    out_console = Console(width=None if os.isatty(1) else 160)
+    # a pipe gets 160 columns unless COLUMNS says otherwise
+    out_console = Console(width=None if os.isatty(1) or "COLUMNS" in os.environ else 160)
     base = names[0]
     comparisons = {}
     for other in names[1:]:
         rows = compare(arms[base], arms[other])
         comparisons[f"{other} - {base}"] = rows
         shown = tuple(sorted({r["metric"] for r in rows})) if all_metrics else SWEEP_TABLE_METRICS
-        out_console.print(paired_table(rows, base, other, shown))
+        title, columns, cells, setting = paired_table(rows, base, other, shown)
+        fit(out_console, columns, cells, title=title, group=setting, label=setting + 1)
     return comparisons
 
 
