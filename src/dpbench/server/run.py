@@ -337,9 +337,18 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
     plan_info: dict[str, Any] | None = None
     max_total_tokens = None
     if opts.use_kv_plan:
+        from dpbench.twin.router import planner_route, prefix_keys
         from dpbench.workload.planner import plan_kv
 
-        plan = plan_kv(spec, trace, dp_size=dp, dispatch=spec.planner.dispatch)
+        routed = opts.dispatch == "cache_aware"  # planned as the load client will route
+        keys = {r.id: prefix_keys(r, model.vocab_size) for r in trace} if routed else {}
+        plan = plan_kv(
+            spec,
+            trace,
+            dp_size=dp,
+            dispatch="cache_aware" if routed else spec.planner.dispatch,
+            route=planner_route(dp, keys) if routed else None,
+        )
         max_total_tokens = int(plan.max_total_tokens_per_rank)
         plan_info = {
             k: getattr(plan, k)
@@ -349,6 +358,7 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
                 "max_total_tokens_per_rank",
                 "gib_per_rank",
                 "target_util",
+                "planned_peak_util",
             )
         }
     python = release_python(opts.sglang) if opts.sglang else (opts.python or sys.executable)
@@ -813,6 +823,10 @@ def _replay_result(
         metrics.update(srv.as_metrics())
         extra["server_metrics"] = asdict(srv)
     metrics["server_startup_s"] = Metric(ready_s, "s", "lower")
+    if prep.kv_plan:  # beside kv_utilization_max: the utilization the plan expected at its peak
+        metrics["kv_utilization_planned"] = Metric(
+            prep.kv_plan["planned_peak_util"], "fraction", "none"
+        )
     if opts.simulate_forward:
         from dpbench.server.steps import (
             StepRecordError,
@@ -820,6 +834,7 @@ def _replay_result(
             read_arrivals,
             read_first_tokens,
             read_idle_passes,
+            read_kv_utilization,
             read_records,
             read_step_waiting,
             scheduler_latency,
@@ -854,6 +869,7 @@ def _replay_result(
         arrivals, pickup = read_arrivals(step_dir(opts, run_dir), cfg.dp_size, sent, load.t0)
         metrics.update(pickup)
         metrics.update(read_idle_passes(step_dir(opts, run_dir), cfg.dp_size, t_load, until))
+        metrics.update(read_kv_utilization(step_dir(opts, run_dir), cfg.dp_size, t_load, until))
         offsets = prep.schedule.offsets_s
         planned = (
             {r.id: load.t0 + float(off) for r, off in zip(rep.requests, offsets, strict=True)}
