@@ -97,6 +97,17 @@ def test_step_records_hold_extend_decode_and_dp_mixed_steps(sim_run):
     assert all(r["kv_total"] == rows[0]["kv_total"] for r in rows)
 
 
+def test_the_kv_utilization_reached_sits_beside_the_planned(sim_run):
+    """The planner sized the pool; the run reports its expected peak utilization beside the
+    token_usage its schedulers reached (the twin's kv_utilization_max, from the pass records)."""
+    _, _, _, result, _, _ = sim_run
+    m = {k: v["value"] for k, v in result["metrics"].items()}
+    plan = result["extra"]["kv_plan"]
+    assert m["kv_utilization_planned"] == plan["planned_peak_util"]
+    assert m["kv_utilization_planned"] == pytest.approx(plan["target_util"], abs=0.01)
+    assert 0 < m["kv_utilization_max"] <= 1
+
+
 def test_the_result_is_marked_simulated_with_its_cost_model(sim_run):
     _, _, _, result, _, _ = sim_run
     assert result["executor"] == "simulated" and result["cost_model"] == "roofline"

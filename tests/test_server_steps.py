@@ -120,3 +120,20 @@ def test_arrivals_and_idle_passes_are_read_per_rank(tmp_path):
     assert idle["idle_pass_ms_p50"].value == pytest.approx(5.0)
     assert idle["idle_passes_count"].value == 2
     assert read_idle_passes(tmp_path, 2, t0=200.0) == {}  # none measured: absent, not 0
+
+
+def test_kv_utilization_is_read_from_the_pass_records(tmp_path):
+    """SGLang's token_usage (pool − free − evictable) after each pass, as the twin's
+    kv_utilization_max: the maximum over ranks and the passes of the run's window."""
+    from dpbench.server.steps import read_kv_utilization
+
+    def passes(rank: int, rows: list[tuple[float, int]]) -> None:
+        (tmp_path / f"passes-rank{rank}.jsonl").write_text(
+            "".join(json.dumps({"t": t, "kv_used": u, "kv_total": 1000}) + "\n" for t, u in rows)
+        )
+
+    passes(0, [(99.0, 990), (100.1, 400), (100.3, 700)])  # 99.0: warm-up, before the window
+    passes(1, [(100.2, 650), (101.0, 900)])
+    assert read_kv_utilization(tmp_path, 2, t0=100.0)["kv_utilization_max"].value == 0.9
+    assert read_kv_utilization(tmp_path, 2, t0=100.0, t1=100.5)["kv_utilization_max"].value == 0.7
+    assert read_kv_utilization(tmp_path, 2, t0=200.0) == {}  # none recorded: absent, not 0

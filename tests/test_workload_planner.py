@@ -8,14 +8,20 @@ here P = 1000 tok/s and D = 10 tok/s so the hold times are easy to do by hand.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
+import types
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpbench.workload.models import ModelConfigError, load_model_config
 from dpbench.workload.planner import GIB, plan_kv, pool_tokens
-from dpbench.workload.spec import load_spec, parse_spec
-from dpbench.workload.trace import TraceRequest, generate_columns, generate_trace
+from dpbench.workload.sharing import block_units, held_spans
+from dpbench.workload.spec import DISPATCH_POLICIES, known_specs, load_spec, parse_spec
+from dpbench.workload.trace import TraceRequest, columns_of, generate_columns, generate_trace
 
 SPEC = textwrap.dedent(
     """\
@@ -256,3 +262,140 @@ def test_balanced_baseline_sits_near_60_percent():
     plan = plan_kv(spec, generate_columns(spec), 8)
     assert max(plan.util_at_peak_per_rank) == pytest.approx(0.6, abs=1e-4)
     assert min(plan.util_at_peak_per_rank) > 0.4
+
+
+# ---- KV blocks (imported traces): the radix tree's sharing --------------------------------------
+
+
+def breq(i, t, blocks, input_len, out):
+    return TraceRequest(
+        f"b{i:06d}", t, input_len, None, 0, out, True, None, None, tuple(blocks), 100
+    )
+
+
+# Case K, 100-token blocks, hold = input/1000 + out/10:
+#   a t=0    blocks 1 2 3     300+10 → [0, 1.3)
+#   b t=0.5  blocks 1 2 4 5   350+10 → [0.5, 1.85)  (block 5 holds 50 tokens)
+#   c t=1    blocks 1 2 4     250+20 → [1, 3.25)    (block 4 cut to 50: b's first 50 tokens)
+#   d t=1.1  blocks 9 2       200+10 → [1.1, 2.3)   (its 2 follows 9: not a's or b's 2)
+CASE_K = [
+    breq(0, 0.0, (1, 2, 3), 300, 10),
+    breq(1, 0.5, (1, 2, 4, 5), 350, 10),
+    breq(2, 1.0, (1, 2, 4), 250, 20),
+    breq(3, 1.1, (9, 2), 200, 10),
+]
+
+
+def test_shared_kv_blocks_are_held_once_per_rank():
+    plan = plan_kv(parse_spec(SPEC), CASE_K, dp_size=1)
+    # at t=1.1 all four are held: 1, 1-2, 1-2-3 (100 each), 1-2-4 (100: b's whole block, c's
+    # first 50 inside it), 1-2-4-5 (50), 9 and 9-2 (200), outputs 10+10+20+10 = 700
+    assert plan.shared_by == "KV blocks"
+    assert plan.peak_tokens_per_rank == (700,)
+    assert plan.peak_time_s_per_rank == (1.1,)
+    assert plan.peak_requests_per_rank == (4,)
+    assert plan.peak_tokens_unshared_per_rank == (310 + 360 + 270 + 210,)
+    assert plan.max_total_tokens_per_rank == 875  # ceil(700 / 0.8)
+    assert plan.planned_peak_util == 700 / 875
+    # round robin: rank 0 a, c overlap on [1, 1.3): 1, 1-2, 1-2-3, c's 50 of 1-2-4, outputs 30
+    # = 380; rank 1 b, d share nothing: 360 + 210
+    two = plan_kv(parse_spec(SPEC), CASE_K, dp_size=2)
+    assert two.peak_tokens_per_rank == (380, 570)
+    assert two.peak_tokens_unshared_per_rank == (580, 570)
+    assert two.max_total_tokens_per_rank == 713  # ceil(570 / 0.8) = ceil(712.5)
+
+
+def test_block_units_and_the_spans_they_are_held():
+    shared = block_units(CASE_K)
+    assert shared.own.tolist() == [10, 10, 20, 10]  # outputs: every prompt token is in a block
+    starts, ends = np.array([0.0, 0.5, 1.0, 1.1]), np.array([1.3, 1.85, 3.25, 2.3])
+    s, e, tok = held_spans(shared, starts, ends, np.ones(4, dtype=bool))
+    assert sorted(zip(s.tolist(), e.tolist(), tok.tolist(), strict=True)) == [
+        (0.0, 1.3, 100),  # 1-2-3: a
+        (0.0, 3.25, 100),  # 1: a, b, c
+        (0.0, 3.25, 100),  # 1-2
+        (0.5, 1.85, 50),  # 1-2-4, tokens 51-100: b alone holds them
+        (0.5, 1.85, 50),  # 1-2-4-5: b
+        (0.5, 3.25, 50),  # 1-2-4, tokens 1-50: b, then c after b left
+        (1.1, 2.3, 100),  # 9: d
+        (1.1, 2.3, 100),  # 9-2
+    ]
+    # on c's rank alone (round robin's rank 0 holds a and c): b's spans are not there
+    s, e, tok = held_spans(shared, starts, ends, np.array([True, False, True, False]))
+    assert sorted(zip(s.tolist(), e.tolist(), tok.tolist(), strict=True)) == [
+        (0.0, 1.3, 100),
+        (0.0, 3.25, 100),
+        (0.0, 3.25, 100),
+        (1.0, 3.25, 50),
+    ]
+
+
+def test_a_route_places_the_requests():
+    seen = []
+
+    def route(r, held):
+        seen.append((r.id, tuple(held)))
+        return 0 if r.blocks[0] == 1 else 1
+
+    plan = plan_kv(parse_spec(SPEC), CASE_K, 2, "cache_aware", route=route)
+    # rank 0 a, b, c on [1, 1.3): 1, 1-2, 1-2-3, 1-2-4 (100), 1-2-4-5 (50), outputs 40 = 490
+    assert plan.peak_tokens_per_rank == (490, 210)
+    assert plan.requests_per_rank == (3, 1) and plan.dispatch == "cache_aware"
+    # the route sees the requests held per rank when each starts (a ends at 1.3)
+    assert seen == [
+        ("b000000", (0, 0)),
+        ("b000001", (1, 0)),
+        ("b000002", (2, 0)),
+        ("b000003", (3, 0)),
+    ]
+    with pytest.raises(ValueError, match="pass the trace's requests, not its columns"):
+        plan_kv(parse_spec(SPEC), columns_of(CASE_K), 2, "cache_aware", route=route)
+    with pytest.raises(ValueError, match=r"sent request 0 to rank 5; allowed: 0 … 1"):
+        plan_kv(parse_spec(SPEC), CASE_K, 2, "cache_aware", route=lambda r, held: 5)
+
+
+def test_a_trace_with_block_ids_on_some_requests_only_is_refused():
+    with pytest.raises(
+        ValueError, match=r"1 of 5 requests have no KV block ids \(first: r000000\)"
+    ):
+        plan_kv(parse_spec(SPEC), [req(0, 0.0, 300, 10), *CASE_K], 1)
+
+
+# ---- synthetic specs: the same plans as before the planner counted KV blocks -------------------
+
+BEFORE_BLOCKS = "3c9d8de"  # the planner's last commit before it read KV block ids
+
+
+def _planner_at(commit: str, monkeypatch) -> types.ModuleType:
+    """planner.py as it was at ``commit``, imported beside today's (it reads today's spec,
+    models and trace modules, which it shares the interface of)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(root), "show", f"{commit}:src/dpbench/workload/planner.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"needs the git history at {commit} (a git checkout of dpbench): {exc}")
+    module = types.ModuleType(f"planner_{commit}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look it up there
+    exec(compile(source, f"planner.py@{commit}", "exec"), module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize("name", [n for n in known_specs() if load_spec(n).trace is None])
+def test_synthetic_plans_are_unchanged_since_3c9d8de(name, monkeypatch):
+    before = _planner_at(BEFORE_BLOCKS, monkeypatch)
+    spec = load_spec(name)
+    checked = 0
+    for seed in (spec.seed, spec.seed + 1):
+        reqs = generate_trace(spec, seed)
+        for dispatch in DISPATCH_POLICIES:
+            for dp in sorted({1, 3, spec.dp_size}):
+                old = before.plan_kv(spec, reqs, dp, dispatch).as_dict()
+                new = plan_kv(spec, reqs, dp, dispatch).as_dict()
+                assert {k: new[k] for k in old} == old, (seed, dispatch, dp)
+                checked += 1
+    assert checked == 2 * len(DISPATCH_POLICIES) * len({1, 3, spec.dp_size})

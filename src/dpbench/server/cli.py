@@ -45,6 +45,8 @@ _SHOWN = (
     "delayer_delay_fraction",
     "delayer_delay_fraction_prefillable",
     "kv_pool_occupied_p50",
+    "kv_utilization_max",
+    "kv_utilization_planned",
     "kv_token_usage_fraction_max",
     "server_startup_s",
     "dp_mixed_step_fraction",

@@ -29,7 +29,7 @@ from dpbench.sglang_compat.server import (
     ServerFlags,
     server_flags,
 )
-from dpbench.twin.router import prefix_keys
+from dpbench.twin.router import planner_route, prefix_keys
 from dpbench.workload.models import load_model_config
 from dpbench.workload.planner import plan_kv
 from dpbench.workload.spec import WorkloadSpec, load_spec, spec_hash
@@ -42,6 +42,7 @@ KV_PLAN_KEPT = (
     "max_total_tokens_per_rank",
     "gib_per_rank",
     "target_util",
+    "planned_peak_util",
 )
 
 RouteKeys = dict[str, tuple[tuple[int, ...], tuple[int, ...]]]
@@ -76,7 +77,7 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
     if opts.max_requests is not None:
         trace = trace[: opts.max_requests]
     vocab = load_model_config(spec.model).vocab_size
-    kv_plan = _kv_plan(spec, trace, dp) if opts.use_kv_plan else None
+    kv_plan = _kv_plan(spec, trace, dp, opts.dispatch, vocab) if opts.use_kv_plan else None
     python = release_python(opts.sglang) if opts.sglang else (opts.python or sys.executable)
     notes: list[str] = []
     max_total_tokens = None if kv_plan is None else int(kv_plan["max_total_tokens_per_rank"])
@@ -119,9 +120,21 @@ def requests_of(trace: list[Any], vocab_size: int) -> list[GenerateRequest]:
     ]
 
 
-def _kv_plan(spec: WorkloadSpec, trace: list[Any], dp: int) -> dict[str, Any]:
-    """The planned KV pool (``--max-total-tokens`` per rank) and the figures behind it."""
-    plan = plan_kv(spec, trace, dp_size=dp, dispatch=spec.planner.dispatch)
+def _kv_plan(
+    spec: WorkloadSpec, trace: list[Any], dp: int, dispatch: str, vocab: int
+) -> dict[str, Any]:
+    """The planned KV pool (``--max-total-tokens`` per rank) and the figures behind it.
+
+    A run the load client routes cache-aware is planned as the client will route it."""
+    routed = dispatch == "cache_aware"
+    keys = {r.id: prefix_keys(r, vocab) for r in trace} if routed else {}
+    plan = plan_kv(
+        spec,
+        trace,
+        dp_size=dp,
+        dispatch="cache_aware" if routed else spec.planner.dispatch,
+        route=planner_route(dp, keys) if routed else None,
+    )
     return {k: getattr(plan, k) for k in KV_PLAN_KEPT}
 
 

@@ -76,6 +76,10 @@ def replay_result(
         metrics.update(srv.as_metrics())
         extra["server_metrics"] = asdict(srv)
     metrics["server_startup_s"] = Metric(run.ready_s, "s", "lower")
+    if prep.kv_plan:  # beside kv_utilization_max: the utilization the plan expected at its peak
+        metrics["kv_utilization_planned"] = Metric(
+            prep.kv_plan["planned_peak_util"], "fraction", "none"
+        )
     if opts.simulate_forward:
         steps = step_window(
             _window(prep, rep, run, until), m.load, prep.schedule, [r.id for r in rep.requests]

@@ -24,6 +24,7 @@ from dpbench.server.steps import (
     read_arrivals,
     read_first_tokens,
     read_idle_passes,
+    read_kv_utilization,
     read_records,
     read_step_waiting,
     scheduler_latency,
@@ -114,6 +115,7 @@ def _scheduler_latency(
     arrivals, pickup = read_arrivals(win.records_dir, win.dp_size, sent, load.t0)
     out.metrics.update(pickup)
     out.metrics.update(read_idle_passes(win.records_dir, win.dp_size, win.t_load, win.until))
+    out.metrics.update(read_kv_utilization(win.records_dir, win.dp_size, win.t_load, win.until))
     offsets = schedule.offsets_s
     planned = (
         {rid: load.t0 + float(off) for rid, off in zip(request_ids, offsets, strict=True)}

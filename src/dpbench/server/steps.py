@@ -365,6 +365,21 @@ def read_idle_passes(
     }
 
 
+def read_kv_utilization(
+    record_dir: str | Path, dp_size: int, t0: float, t1: float | None = None
+) -> dict[str, Metric]:
+    """The twin's ``kv_utilization_max``, on the server: SGLang's ``token_usage`` (pool − free −
+    evictable, over the pool) after each pass with work on a rank (``passes-rank<N>.jsonl``),
+    its maximum over (rank, pass) from ``t0`` on, before ``t1`` when given. Absent when no
+    pass was recorded there."""
+    used = [
+        rec["kv_used"] / rec["kv_total"]
+        for _, rec in _per_rank(record_dir, "passes", dp_size)
+        if rec["t"] >= t0 and (t1 is None or rec["t"] < t1) and rec.get("kv_total")
+    ]
+    return {"kv_utilization_max": Metric(max(used), "fraction", "none")} if used else {}
+
+
 def first_arrival(record_dir: str | Path, dp_size: int, ids: set[str]) -> float | None:
     """Monotonic time the first of ``ids`` reached any scheduler (``arrivals-rank<N>.jsonl``)."""
     times = [rec["t"] for _, rec in _per_rank(record_dir, "arrivals", dp_size) if rec["rid"] in ids]

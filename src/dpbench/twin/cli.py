@@ -50,6 +50,7 @@ SUMMARY_METRICS = (
     "output_tokens_per_s",
     "kv_utilization_p50",
     "kv_utilization_max",
+    "kv_utilization_planned",
     "retractions_count",
     "scheduler_pass_us_p50",
     "passes_per_s",

@@ -29,6 +29,8 @@ Definitions (simulated time unless the name says wall):
   p50 over all (rank, step) samples, max over all. ``kv_pool_occupied_*``: (pool − free)
   / pool, evictable entries included: what the simulated server's per-step records read
   (``total − allocator.available_size()``). With the radix cache off the two agree.
+  ``kv_utilization_planned`` (set by the run, where the KV planner sized the pool): the
+  utilization the plan expects at the busiest rank's peak, to read beside ``kv_utilization_max``.
 - Rank balance (:mod:`dpbench.metrics.balance`, the server's definitions too): tokens and busy time
   per rank, dispatch (requests per rank) as max / mean, and the fraction of working steps
   in which a rank ran nothing while another rank had requests waiting.

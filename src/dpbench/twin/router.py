@@ -18,7 +18,7 @@ them, else chained hashes of 512-token runs of its token ids.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -91,3 +91,14 @@ class CacheAwareRouter:
                 tree.add(k)
                 self.tree_tokens[target] += s
         return target
+
+
+def planner_route(
+    dp_size: int, keys: Mapping[str, tuple[tuple[int, ...], tuple[int, ...]]]
+) -> Callable[[TraceRequest, Sequence[int]], int]:
+    """The router as the KV planner's ``route``: its own trees, fed in the planner's start
+    order, with the requests the planner holds per rank as its loads (``keys``: each request's
+    :func:`prefix_keys` by id). Its loads are not the server's queues, so where the balance
+    rule or a tie on loads decides, the plan may place a request elsewhere than a run does."""
+    router = CacheAwareRouter(dp_size)
+    return lambda req, held: router.route(*keys[req.id], held)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from dpbench.core.procs import free_port
+from dpbench.core.results import Metric
 from dpbench.core.schema import to_dict
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
@@ -36,6 +37,7 @@ from dpbench.twin.ranks import (
     SharedMemoryExchange,
     run_ranks,
 )
+from dpbench.twin.router import planner_route, prefix_keys
 from dpbench.twin.threads import Baton, BatonExchange, run_rank_threads
 
 ProgressFn = Callable[[int, int, int, float], None]  # finished, total, steps, simulated s
@@ -134,7 +136,6 @@ def run_twin(
     from dpbench.core.faults import inject_if_requested
     from dpbench.core.results import make_run_result
     from dpbench.twin.prefix import prefix_hits
-    from dpbench.twin.router import prefix_keys
     from dpbench.workload.models import load_model_config
     from dpbench.workload.planner import plan_kv
     from dpbench.workload.spec import load_spec, spec_hash
@@ -147,12 +148,15 @@ def run_twin(
         spec = spec.with_overrides(num_requests=num_requests)
     trace = generate_trace(spec, seed)
     model = load_model_config(spec.model)
+    vocab = model.vocab_size
+    keys = (  # the router's view of each prompt (its blocks), for the plan and the dispatcher
+        {r.id: prefix_keys(r, vocab) for r in trace} if config.dispatch == "cache_aware" else {}
+    )
     kv_plan = None
     kv_tokens = config.max_total_tokens_per_rank
     if kv_tokens is None:
-        # the planner has no cache model: cache-aware routing is planned as shortest queue
-        planned = "shortest_queue" if config.dispatch == "cache_aware" else config.dispatch
-        kv_plan = plan_kv(spec, trace, config.dp_size, planned, model=model)
+        route = planner_route(config.dp_size, keys) if config.dispatch == "cache_aware" else None
+        kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model, route=route)
         kv_tokens = kv_plan.max_total_tokens_per_rank
     physical = config.cost_topology == "physical"
     cost = make_cost_model(
@@ -163,7 +167,6 @@ def run_twin(
         mixed_step_charge=physical,
     )
     kit, provenance, defaults = prepare_release(config)
-    vocab = model.vocab_size
     given = (
         load_replay(config.replay_arrivals, trace, config.dp_size)
         if config.replay_arrivals
@@ -182,7 +185,7 @@ def run_twin(
         token_ids=lambda i: ordered[i].token_ids(vocab),
         rank=np.array([given[r.id][1] for r in ordered], dtype=np.int64) if given else None,
         sent_s=np.array([r.arrival_s for r in ordered], dtype=np.float64) if given else None,
-        prefix_keys=tuple(prefix_keys(r, vocab) for r in ordered)
+        prefix_keys=tuple(keys[r.id] for r in ordered)
         if config.dispatch == "cache_aware" and not given
         else None,
     )
@@ -218,6 +221,8 @@ def run_twin(
     hits, hit_rows = prefix_hits(results, ordered)
     metrics.update(hits)
     extra.update(hit_rows)
+    if kv_plan is not None:  # beside kv_utilization_max: what the plan expected at its peak
+        metrics["kv_utilization_planned"] = Metric(kv_plan.planned_peak_util, "fraction", "none")
     if spec.trace is not None:
         extra["trace_import"] = import_spec_trace(spec, seed)[1].as_dict()
     s = config.scheduler

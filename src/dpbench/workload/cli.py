@@ -94,6 +94,11 @@ def _requests(spec: WorkloadSpec, seed: int | None, bar, task) -> tuple[TraceCol
     return cols, reqs
 
 
+def _plannable(cols: TraceColumns, reqs: list) -> TraceColumns | list:
+    """What the planner reads: the requests where they carry KV block ids (the columns do not)."""
+    return reqs if reqs and reqs[0].blocks is not None else cols
+
+
 def _generate(spec: WorkloadSpec, seed: int | None):
     with progress(transient=True) as bar:
         task = bar.add_task(f"generating {spec.name}", total=spec.num_requests)
@@ -153,7 +158,7 @@ def show(name: NameArg, seed: SeedOpt = None) -> None:
     with _clean_errors():
         spec = load_spec(name)
         cols, reqs = _generate(spec, seed)
-        plan = plan_kv(spec, cols, spec.dp_size, spec.planner.dispatch)
+        plan = plan_kv(spec, _plannable(cols, reqs), spec.dp_size, spec.planner.dispatch)
         out.print(f"[bold]{spec.name}[/bold]: {spec.description}")
         out.print(f"  hash             {spec_hash(spec)}")
         out.print(f"  model            {spec.model}")
@@ -340,6 +345,7 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
         "peak KV tokens",
         "peak at (s)",
         "requests held at peak",
+        "peak if nothing shared",
         "util at planned size",
     ):
         table.add_column(col, justify="right")
@@ -350,6 +356,7 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
             f"{plan.peak_tokens_per_rank[rank]:,}",
             f"{plan.peak_time_s_per_rank[rank]:.3f}",
             f"{plan.peak_requests_per_rank[rank]:,}",
+            f"{plan.peak_tokens_unshared_per_rank[rank]:,}",
             f"{plan.util_at_peak_per_rank[rank]:.1%}",
         )
     out.print(table)
@@ -380,6 +387,19 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
     out.print(
         f"  per-rank peaks     {lowest:.1%} .. {max(plan.util_at_peak_per_rank):.1%} of the pool "
         f"(busiest rank at the target)"
+    )
+    _print_sharing_and_expected(plan)
+
+
+def _print_sharing_and_expected(plan: KVPlan) -> None:
+    out.print(
+        f"  shared prefixes    {plan.shared_by} the radix cache shares count once per rank; "
+        f"were nothing shared, the busiest peak would be "
+        f"{max(plan.peak_tokens_unshared_per_rank):,} tokens"
+    )
+    out.print(
+        f"  expected KV util   {plan.planned_peak_util:.1%} at the busiest rank's peak "
+        "(a twin run reports it as kv_utilization_planned, beside its kv_utilization_max)"
     )
 
 
@@ -444,13 +464,14 @@ def plan(
             spec = spec.with_overrides(model=model)
         if trace is not None:
             source = str(trace)
-            cols = columns_of(load_trace(trace))
+            loaded = load_trace(trace)
+            planned = _plannable(columns_of(loaded), loaded)
         else:
             source = "the spec"
-            cols, _ = _generate(spec, seed)
+            planned = _plannable(*_generate(spec, seed))
         result = plan_kv(
             spec,
-            cols,
+            planned,
             dp or spec.dp_size,
             dispatch or spec.planner.dispatch,
             target_util=target_util,

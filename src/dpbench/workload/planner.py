@@ -15,6 +15,13 @@ Service model (a deliberate simplification, printed with every plan):
 * A shared prefix (``prefix_len`` tokens of group ``g``) is held once per rank while any
   request of group ``g`` is held there (radix cache). A session's earlier turns are counted
   inside each turn's own tokens; cached but unreferenced tokens are evictable and not counted.
+* An imported trace's requests carry KV block ids instead (``prefix_len`` 0): a block after a
+  given run of blocks (a node of the radix tree, :mod:`.sharing`) is held once per rank while
+  any request whose prompt starts with that run is held there. Outputs are each request's own.
+  This counts a prefix shared from the moment both requests are held, also when the radix
+  cache could not share it yet (two requests prefilled in the same batch compute it twice).
+* A ``route`` given by the caller places the requests instead of a named policy: the twin
+  passes SGLang's cache-aware router, fed the requests this model holds per rank as loads.
 
 Then ``--max-total-tokens`` (one value for every rank, sized from the busiest) is
 ``ceil(max_rank_peak / target_util)`` rounded up to a multiple of the page size, and its memory
@@ -27,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import Any
@@ -35,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from dpbench.workload.models import ModelConfig, load_model_config
+from dpbench.workload.sharing import SharedUnits, block_units, group_units, held_spans
 from dpbench.workload.spec import (
     DISPATCH_POLICIES,
     KV_DTYPE_BYTES,
@@ -45,6 +53,7 @@ from dpbench.workload.spec import (
 from dpbench.workload.trace import TraceColumns, TraceRequest, columns_of
 
 GIB = 2**30
+Route = Callable[[TraceRequest, Sequence[int]], int]  # (request, requests held per rank) → rank
 
 # dpbench dispatch policy → SGLang's --load-balance-method (0.5.16 … 0.5.23 spell them so)
 SGLANG_LOAD_BALANCE_METHOD = {
@@ -83,6 +92,8 @@ class KVPlan:
     peak_requests_per_rank: tuple[int, ...]
     max_total_tokens_per_rank: int
     gib_per_rank: float
+    shared_by: str = "prefix groups"  # what the radix cache shares: prefix groups or KV blocks
+    peak_tokens_unshared_per_rank: tuple[int, ...] = ()  # the peaks if nothing were shared
 
     @property
     def peak_tokens(self) -> int:
@@ -96,6 +107,12 @@ class KVPlan:
     @property
     def util_at_peak_per_rank(self) -> tuple[float, ...]:
         return tuple(p / self.max_total_tokens_per_rank for p in self.peak_tokens_per_rank)
+
+    @property
+    def planned_peak_util(self) -> float:
+        """The KV utilization the plan expects at the busiest rank's peak (the target, less the
+        rounding up of the pool): what a run's ``kv_utilization_max`` is compared with."""
+        return self.peak_tokens / self.max_total_tokens_per_rank
 
     @property
     def bytes_per_rank(self) -> int:
@@ -119,12 +136,22 @@ class KVPlan:
             if self.closed_loop_concurrency
             else "at its arrival_s"
         )
+        blocks = self.shared_by == "KV blocks"
+        holds = (
+            "input_len + max_new_tokens" if blocks else "input_len − prefix_len + max_new_tokens"
+        )
         return (
             f"each request starts {start}, goes to a rank by {self.dispatch}, and holds "
-            f"input_len − prefix_len + max_new_tokens KV tokens there until start + "
+            f"{holds} KV tokens there until start + "
             f"input_len / {self.prefill_tokens_per_s:g} tok/s + max_new_tokens / "
-            f"{self.decode_tokens_per_s:g} tok/s (no queueing, no preemption); a shared prefix "
-            f"is held once per rank while any request of its group is held there"
+            f"{self.decode_tokens_per_s:g} tok/s (no queueing, no preemption); "
+            + (
+                "a KV block after a given run of blocks (a radix-tree node) is held once per rank "
+                "while any request whose prompt has that run is held there"
+                if blocks
+                else "a shared prefix is held once per rank while any request of its group is "
+                "held there"
+            )
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,6 +160,7 @@ class KVPlan:
             peak_tokens=self.peak_tokens,
             busiest_rank=self.busiest_rank,
             util_at_peak_per_rank=list(self.util_at_peak_per_rank),
+            planned_peak_util=self.planned_peak_util,
             bytes_per_rank=self.bytes_per_rank,
             bytes_formula=self.bytes_formula(),
             service_assumption=self.service_assumption(),
@@ -165,13 +193,15 @@ def assign_ranks(
     dp_size: int,
     dispatch: str,
     tokens: np.ndarray | None = None,
+    *,
+    route: Callable[[int, list[int]], int] | None = None,
 ) -> np.ndarray:
     """The DP rank of each request (requests given in start order; ``tokens`` each holds, needed
-    by ``total_tokens``)."""
+    by ``total_tokens``). ``route(i, requests held per rank) → rank`` replaces the policy."""
     n = len(starts)
-    if dispatch == "round_robin":
+    if route is None and dispatch == "round_robin":
         return np.arange(n, dtype=np.int64) % dp_size
-    if dispatch not in DISPATCH_POLICIES:
+    if route is None and dispatch not in DISPATCH_POLICIES:
         raise ValueError(
             f"dispatch must be one of {', '.join(DISPATCH_POLICIES)}; found {dispatch!r}"
         )
@@ -186,7 +216,13 @@ def assign_ranks(
             _, rank, freed = heapq.heappop(releases)
             held[rank] -= 1
             held_tokens[rank] -= freed
-        if by_tokens:
+        if route is not None:
+            rank = route(i, list(held))
+            if not 0 <= rank < dp_size:
+                raise ValueError(
+                    f"the route sent request {i} to rank {rank}; allowed: 0 … {dp_size - 1}"
+                )
+        elif by_tokens:
             rank = min(range(dp_size), key=lambda r: (held_tokens[r], held[r], r))
         else:
             rank = held.index(min(held))
@@ -195,18 +231,6 @@ def assign_ranks(
         ranks[i] = rank
         heapq.heappush(releases, (end, rank, token_list[i]))
     return ranks
-
-
-def _merged_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of half-open intervals [start, end) as disjoint intervals (touching ones stay apart)."""
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    begins = np.ones(len(s), dtype=bool)
-    begins[1:] = s[1:] >= reach[:-1]
-    first = np.flatnonzero(begins)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
 
 
 def _peak(times: np.ndarray, tokens: np.ndarray, counts: np.ndarray) -> tuple[int, float, int]:
@@ -218,10 +242,17 @@ def _peak(times: np.ndarray, tokens: np.ndarray, counts: np.ndarray) -> tuple[in
 
 
 def rank_peaks(
-    cols: TraceColumns, starts: np.ndarray, ends: np.ndarray, ranks: np.ndarray, dp_size: int
+    own: np.ndarray,
+    shared: SharedUnits | None,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    ranks: np.ndarray,
+    dp_size: int,
 ) -> tuple[list[int], list[float], list[int]]:
-    """Per rank: peak KV tokens held, when it happens, and how many requests are held then."""
-    own = cols.input_len - cols.prefix_len + cols.max_new_tokens
+    """Per rank: peak KV tokens held, when it happens, and how many requests are held then.
+
+    Each request holds ``own`` tokens over [start, end); each shared unit is held once per rank
+    over the union of its requests' intervals there (``shared``: None counts nothing shared)."""
     peaks, when, reqs = [], [], []
     for rank in range(dp_size):
         mine = ranks == rank
@@ -234,14 +265,11 @@ def rank_peaks(
         times = [s, e]
         deltas = [tok, -tok]
         counts = [np.ones_like(tok), -np.ones_like(tok)]
-        groups, plen = cols.prefix_group[mine], cols.prefix_len[mine]
-        for group in np.unique(groups[groups >= 0]).tolist():
-            sel = groups == group
-            gs, ge = _merged_intervals(s[sel], e[sel])
-            length = int(plen[sel][0])
-            times += [gs, ge]
-            deltas += [np.full(len(gs), length), np.full(len(ge), -length)]
-            counts += [np.zeros(len(gs), dtype=np.int64)] * 2
+        if shared is not None:
+            us, ue, length = held_spans(shared, starts, ends, mine)
+            times += [us, ue]
+            deltas += [length, -length]
+            counts += [np.zeros(len(us), dtype=np.int64)] * 2
         peak, at, held = _peak(
             np.concatenate(times), np.concatenate(deltas), np.concatenate(counts)
         )
@@ -249,6 +277,39 @@ def rank_peaks(
         when.append(at)
         reqs.append(held)
     return peaks, when, reqs
+
+
+def _checked_args(
+    spec: WorkloadSpec,
+    dp_size: int,
+    dispatch: str,
+    routed: bool,
+    target_util: float | None,
+    dtype_bytes: int | None,
+) -> tuple[float, int]:
+    """(target utilization, KV dtype bytes) after checking every argument."""
+    if dp_size < 1:
+        raise ValueError(f"dp_size must be ≥ 1; found {dp_size!r}")
+    if not routed and dispatch not in DISPATCH_POLICIES:
+        raise ValueError(
+            f"dispatch must be one of {', '.join(DISPATCH_POLICIES)}; found {dispatch!r}"
+        )
+    util = spec.target_kv_util if target_util is None else target_util
+    if not 0 < util <= 1:
+        raise ValueError(f"target utilization must be in (0, 1]; found {util!r}")
+    if dtype_bytes is None:
+        dtype_bytes = spec.planner.kv_dtype_bytes
+    elif dtype_bytes not in set(KV_DTYPE_BYTES.values()):
+        raise ValueError(f"dtype_bytes must be 1 or 2; found {dtype_bytes!r}")
+    return util, dtype_bytes
+
+
+def shared_units(cols: TraceColumns, listed: Sequence[TraceRequest] | None) -> SharedUnits:
+    """What the radix cache shares: the prompts' KV block trie where the requests carry block
+    ids (imported traces), else their prefix groups (columns carry no block ids)."""
+    if listed is not None and any(r.blocks is not None for r in listed):
+        return block_units(listed)
+    return group_units(cols.input_len, cols.prefix_group, cols.prefix_len, cols.max_new_tokens)
 
 
 def plan_kv(
@@ -260,59 +321,41 @@ def plan_kv(
     target_util: float | None = None,
     dtype_bytes: int | None = None,
     model: ModelConfig | None = None,
+    route: Route | None = None,
 ) -> KVPlan:
     """Plan ``--max-total-tokens`` per DP rank so the busiest rank's peak sits at ``target_util``.
 
     Defaults come from the spec: ``target_kv_util``, ``planner.kv_dtype``, ``planner.*`` rates,
-    ``model``. ``reqs`` is a trace (``generate_trace``/``load_trace``) or its columns.
+    ``model``. ``reqs`` is a trace (``generate_trace``/``load_trace``) or its columns; only
+    requests carry KV block ids, so pass them for an imported trace. ``route(request, requests
+    held per rank) → rank`` places the requests instead of a named policy (the twin passes
+    SGLang's cache-aware router); ``dispatch`` then only names it.
     """
-    if dp_size < 1:
-        raise ValueError(f"dp_size must be ≥ 1; found {dp_size!r}")
-    if dispatch not in DISPATCH_POLICIES:
-        raise ValueError(
-            f"dispatch must be one of {', '.join(DISPATCH_POLICIES)}; found {dispatch!r}"
-        )
-    util = spec.target_kv_util if target_util is None else target_util
-    if not 0 < util <= 1:
-        raise ValueError(f"target utilization must be in (0, 1]; found {util!r}")
-    if dtype_bytes is None:
-        dtype_bytes = spec.planner.kv_dtype_bytes
-    elif dtype_bytes not in set(KV_DTYPE_BYTES.values()):
-        raise ValueError(f"dtype_bytes must be 1 or 2; found {dtype_bytes!r}")
+    util, dtype_bytes = _checked_args(
+        spec, dp_size, dispatch, route is not None, target_util, dtype_bytes
+    )
     model = model or load_model_config(spec.model)
-    cols = reqs if isinstance(reqs, TraceColumns) else columns_of(reqs)
+    listed = None if isinstance(reqs, TraceColumns) else list(reqs)
+    cols = reqs if isinstance(reqs, TraceColumns) else columns_of(listed or ())
     if len(cols) == 0:
         raise WorkloadSpecError("cannot plan an empty trace")
+    if route is not None and listed is None:
+        raise ValueError("a route places requests: pass the trace's requests, not its columns")
 
     p = spec.planner
-    hold = cols.input_len / p.prefill_tokens_per_s + cols.max_new_tokens / p.decode_tokens_per_s
     concurrency = spec.arrival.concurrency if isinstance(spec.arrival, ClosedLoopArrivals) else None
-    starts = (
-        closed_loop_starts(hold, concurrency) if concurrency else cols.arrival_s.astype(np.float64)
-    )
-    order = np.argsort(starts, kind="stable")
-    if not np.array_equal(order, np.arange(len(order))):
-        cols = TraceColumns(**{f.name: getattr(cols, f.name)[order] for f in fields(TraceColumns)})
-        starts, hold = starts[order], hold[order]
-    ends = starts + hold
-    own = cols.input_len - cols.prefix_len + cols.max_new_tokens
-    ranks = assign_ranks(starts, ends, dp_size, dispatch, own)
-    peaks, when, held = rank_peaks(cols, starts, ends, ranks, dp_size)
-
+    cols, listed, starts, ends = _in_start_order(spec, cols, listed, concurrency)
+    whole = cols.input_len - cols.prefix_len + cols.max_new_tokens
+    placed = None if route is None or listed is None else _by_index(route, listed)
+    ranks = assign_ranks(starts, ends, dp_size, dispatch, whole, route=placed)
+    shared = shared_units(cols, listed)
+    peaks, when, held = rank_peaks(shared.own, shared, starts, ends, ranks, dp_size)
+    whole_prompts = cols.input_len + cols.max_new_tokens
+    unshared = rank_peaks(whole_prompts, None, starts, ends, ranks, dp_size)[0]
     pool = pool_tokens(max(peaks), util, p.page_size)
-    bpt = model.kv_bytes_per_token(dtype_bytes)
     return KVPlan(
         workload=spec.name,
-        model_name=model.name,
-        model_path=str(model.path),
-        is_mla=model.is_mla,
-        kv_lora_rank=model.kv_lora_rank,
-        qk_rope_head_dim=model.qk_rope_head_dim,
-        num_key_value_heads=model.num_key_value_heads,
-        head_dim=model.head_dim,
-        num_hidden_layers=model.num_hidden_layers,
-        dtype_bytes=dtype_bytes,
-        bytes_per_token=bpt,
+        **_model_fields(model, dtype_bytes),
         dp_size=dp_size,
         dispatch=dispatch,
         prefill_tokens_per_s=p.prefill_tokens_per_s,
@@ -326,5 +369,46 @@ def plan_kv(
         peak_time_s_per_rank=tuple(when),
         peak_requests_per_rank=tuple(held),
         max_total_tokens_per_rank=pool,
-        gib_per_rank=pool * bpt / GIB,
+        gib_per_rank=pool * model.kv_bytes_per_token(dtype_bytes) / GIB,
+        shared_by=shared.source,
+        peak_tokens_unshared_per_rank=tuple(unshared),
     )
+
+
+def _in_start_order(
+    spec: WorkloadSpec,
+    cols: TraceColumns,
+    listed: list[TraceRequest] | None,
+    concurrency: int | None,
+) -> tuple[TraceColumns, list[TraceRequest] | None, np.ndarray, np.ndarray]:
+    """The trace (columns and requests) sorted by start, with each request's start and end."""
+    p = spec.planner
+    hold = cols.input_len / p.prefill_tokens_per_s + cols.max_new_tokens / p.decode_tokens_per_s
+    starts = (
+        closed_loop_starts(hold, concurrency) if concurrency else cols.arrival_s.astype(np.float64)
+    )
+    order = np.argsort(starts, kind="stable")
+    if not np.array_equal(order, np.arange(len(order))):
+        cols = TraceColumns(**{f.name: getattr(cols, f.name)[order] for f in fields(TraceColumns)})
+        starts, hold = starts[order], hold[order]
+        listed = None if listed is None else [listed[i] for i in order.tolist()]
+    return cols, listed, starts, starts + hold
+
+
+def _by_index(route: Route, listed: list[TraceRequest]) -> Callable[[int, list[int]], int]:
+    return lambda i, held: route(listed[i], held)
+
+
+def _model_fields(model: ModelConfig, dtype_bytes: int) -> dict[str, Any]:
+    return {
+        "model_name": model.name,
+        "model_path": str(model.path),
+        "is_mla": model.is_mla,
+        "kv_lora_rank": model.kv_lora_rank,
+        "qk_rope_head_dim": model.qk_rope_head_dim,
+        "num_key_value_heads": model.num_key_value_heads,
+        "head_dim": model.head_dim,
+        "num_hidden_layers": model.num_hidden_layers,
+        "dtype_bytes": dtype_bytes,
+        "bytes_per_token": model.kv_bytes_per_token(dtype_bytes),
+    }
