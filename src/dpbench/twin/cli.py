@@ -442,3 +442,7 @@ def sweep(
 from dpbench.twin.capacity_cli import capacity as _capacity  # noqa: E402  (a module of its own)
 
 app.command(name="capacity")(_capacity)
+
+from dpbench.twin.clock_cli import clock as _clock  # noqa: E402  (a module of its own)
+
+app.command(name="clock")(_clock)
