@@ -33,6 +33,7 @@ from dpbench.dashboard.compare import (
     Side,
     compare_commits,
     fmt_pct,
+    profile_mismatch,
     regime_text,
     regressions,
     resolve_commit,
@@ -227,6 +228,9 @@ def compare_command(
         "a worsening from 0 always counts",
     ),
     fail: bool = typer.Option(True, "--fail/--no-fail", help="--no-fail: always exit 0"),
+    allow_mixed_profiles: bool = typer.Option(
+        False, "--allow-mixed-profiles", help="pair results made under different cost profiles"
+    ),
 ) -> None:
     """Compare two commits: the deciding metrics per tier and scenario, then every change, most
     significant first. Exit 0: no regression of --fail-above % or more; 1: at least one; 2: bad
@@ -253,6 +257,9 @@ def compare_command(
     except CommitNotFound as exc:
         raise typer.BadParameter(str(exc)) from exc
     ca, cb = model["commits"][ia], model["commits"][ib]
+    mixed = profile_mismatch(loaded.run_files, ca["sha"], cb["sha"])
+    if mixed and not allow_mixed_profiles:
+        raise typer.BadParameter(f"{mixed}; --allow-mixed-profiles compares them anyway")
 
     if asv and config.exists():
         asv_shas = {r.commit for r in loaded.asv_runs}

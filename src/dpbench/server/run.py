@@ -48,6 +48,7 @@ from dpbench.sglang_compat.server import (
     flush_cache,
     server_flags,
 )
+from dpbench.twin.profiles import COST_PROFILES, DEFAULT_PROFILE, CostProfile
 
 # SGLang loads this config (shape only, no weights) in simulated-forward runs: DeepSeek-V3's
 # attention shapes and vocabulary with 4 layers, so its KV pool fits a CPU's memory. The
@@ -220,6 +221,13 @@ class RunOptions:
     calibration: str | None = field(
         default=None, metadata={"help": "kernel calibration file for the cost model"}
     )
+    cost_profile: CostProfile = field(
+        default=DEFAULT_PROFILE,
+        metadata={
+            "help": "simulated forward: the cost model's efficiencies, roofline or "
+            "published-fit (`dpbench twin clock`)"
+        },
+    )
     step_records_dir: str | None = field(
         default=None,
         metadata={
@@ -233,6 +241,10 @@ class RunOptions:
             raise RunOptionsError("give --sglang VERSION or --python, not both")
         if not 0 < self.time_scale <= 100:
             raise RunOptionsError(f"time_scale must be in (0, 100], got {self.time_scale}")
+        if self.cost_profile not in COST_PROFILES:
+            raise RunOptionsError(
+                f"cost_profile must be one of {COST_PROFILES}, got {self.cost_profile!r}"
+            )
         if self.max_requests is not None and self.max_requests < 1:
             raise RunOptionsError(f"max_requests must be ≥ 1, got {self.max_requests}")
         if not self.client_read_timeout_s > 0:
@@ -491,7 +503,12 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
 
     opts, cfg = prep.options, prep.config
     model = str(prep.spec.model)
-    cost_args = {"model": model, "dp_size": cfg.dp_size, "calibration": opts.calibration}
+    cost_args = {
+        "model": model,
+        "dp_size": cfg.dp_size,
+        "calibration": opts.calibration,
+        "profile": opts.cost_profile,
+    }
     conf = SimForwardConfig(
         record_dir=str(step_dir(opts, run_dir)),
         cost_factory=simcost.FACTORY,
@@ -506,6 +523,7 @@ def _sim_setup(prep: Prepared, run_dir: Path) -> tuple[dict[str, str], dict[str,
         "kind": "simulated",
         "cost_model": described["name"],
         "cost_model_description": described["description"],
+        "cost": described["cost"],
         "time_scale": opts.time_scale,
         "forward_timing": "slept on the scheduler thread"
         if opts.serial_forward
@@ -894,6 +912,7 @@ def _replay_result(
     )
     if opts.simulate_forward:
         mark_simulated(result, executor["cost_model"])
+        result["cost"] = executor["cost"]
     from dpbench.server.health import check
 
     # whether this run measured SGLang or this machine (stated limits; a broken one says which)

@@ -26,7 +26,7 @@ from dpbench.core.procs import free_port
 from dpbench.core.schema import to_dict
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
-from dpbench.twin.cost import RankWork, make_cost_model
+from dpbench.twin.cost import RankWork, cost_block, make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
     Arrivals,
@@ -161,6 +161,7 @@ def run_twin(
         calibration,
         tp_size=config.gpus if physical else None,
         mixed_step_charge=physical,
+        profile=config.cost_profile,
     )
     kit, provenance, defaults = prepare_release(config)
     vocab = model.vocab_size
@@ -275,6 +276,7 @@ def run_twin(
             "seed": spec.seed if seed is None else seed,
             "num_requests": total,
             "cost_model": cost.name,
+            "cost_profile": config.cost_profile,
             "cost_topology": config.cost_topology,
             "step_exchange": exchange.name,
             "rank_mode": config.rank_mode,
@@ -289,6 +291,7 @@ def run_twin(
         extra["timeline"] = timeline(results)
         extra["timeline"]["request_ids"] = list(arrivals.ids)  # rank_admitted's indices
     return make_run_result(
+        cost=cost_block(cost),
         tier="twin",
         sglang=provenance["sglang"],
         placement=provenance["placement"],
