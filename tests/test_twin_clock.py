@@ -176,3 +176,37 @@ def test_run_results_record_their_profile_and_compare_refuses_to_mix_them(tmp_pa
     assert runner.invoke(app, allowed).exit_code == 0
     same = runner.invoke(app, ["compare", "aaaa", "cccc", "--results", str(results)])
     assert same.exit_code == 0, same.output
+
+
+CLOSED_LOOP_SPEC = """\
+name: closed-loop-check
+description: A closed loop of 4 over 12 fixed-length requests.
+model: deepseek-v3
+num_requests: 12
+input_len: {kind: fixed, value: 256}
+output_len: {kind: fixed, value: 8}
+arrival: {process: closed_loop, concurrency: 4}
+target_kv_util: 0.5
+dp_size: 2
+seed: 1
+"""
+
+
+@pytest.mark.sglang
+def test_the_twin_runs_a_closed_loop(release_env, tmp_path):
+    """A closed-loop spec (T1's workload kind): 4 requests in flight, a new one each time one
+    finishes, never more, and all 12 served."""
+    import numpy as np
+    from twinjob import run_twin_job
+
+    spec = tmp_path / "closed-loop.yaml"
+    spec.write_text(CLOSED_LOOP_SPEC)
+    r = run_twin_job(release_env("0.5.23"), str(spec), tmp_path / "out.json")
+    t = r["extra"]["timeline"]
+    held = np.array(t["rank_waiting"]) + np.array(t["rank_running"])
+    done = np.clip(np.array(t["rank_finishing"]), 0, None) + np.array(t["rank_finished"])
+    in_flight = (held - done).sum(axis=0)  # what the client has sent and not yet received
+    assert in_flight[0] == 4 and in_flight.max() == 4
+    assert (in_flight == 4).sum() > len(in_flight) // 2  # slots refill as requests finish
+    assert r["metrics"]["requests_finished_count"]["value"] == 12
+    assert any("closed loop: 4 requests in flight" in n for n in r["notes"])

@@ -121,6 +121,20 @@ def load_replay(path: str, trace: list[Any], dp_size: int) -> dict[str, tuple[fl
     return out
 
 
+def closed_loop_concurrency(spec: Any, config: TwinConfig) -> int | None:
+    """A closed-loop spec's concurrency (None for any other arrival process)."""
+    from dpbench.workload.spec import ClosedLoopArrivals
+
+    if not isinstance(spec.arrival, ClosedLoopArrivals):
+        return None
+    if config.rate_scale != 1.0:
+        raise TwinConfigError(
+            f"rate_scale must be 1 for a closed-loop spec (its load is its concurrency, "
+            f"{spec.arrival.concurrency}), got {config.rate_scale}"
+        )
+    return int(spec.arrival.concurrency)
+
+
 def run_twin(
     spec_name: str | Path,
     config: TwinConfig,
@@ -186,6 +200,7 @@ def run_twin(
         prefix_keys=tuple(prefix_keys(r, vocab) for r in ordered)
         if config.dispatch == "cache_aware" and not given
         else None,
+        concurrency=closed_loop_concurrency(spec, config) if not given else None,
     )
     if config.rank_mode == "threads":
         exchange: Any = BatonExchange(Baton(config.dp_size, config.deadline_s))
@@ -245,6 +260,11 @@ def run_twin(
     if s.batch_is_full_rule is not None:
         notes.append(
             f"batch_is_full on NO_TOKEN: {s.batch_is_full_rule} (--batch-is-full-rule, not the release's)"
+        )
+    if arrivals.concurrency is not None:
+        notes.append(
+            f"closed loop: {arrivals.concurrency} requests in flight; each arrives when one "
+            "finishes, and its latencies count from then"
         )
     if config.replay_arrivals:
         notes.append(
