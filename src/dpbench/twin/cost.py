@@ -55,10 +55,27 @@ step under one forward mode for all DP ranks, so in a mixed step the decode rank
 eagerly: ``eager_launch_s`` per step (``DeviceRoofline.eager_layer_launch_s`` ×
 layers). The decode ranks' wait for the extending rank is already in ``max_r attn_r``.
 
+Terms for other deployments (off by default; ``dpbench.twin.published`` uses them to run
+the published wide-EP set-ups):
+
+- ``layer_overhead_s`` (a :class:`DeviceRoofline` field, 0 in the roofline profile): a fixed
+  time per layer per forward, for the kernels the roofline leaves out;
+- ``moe_comm="all_to_all"``: DeepEP's dispatch (FP8) and combine (BF16) instead of the
+  all-gather and reduce-scatter: ``T_r × copies × hidden × 3 B`` per layer over NVLink, or
+  over the scale-out network (``scaleout_bytes_per_s``) when the GPUs span nodes. Copies:
+  ``top_k`` per token in decode (low-latency kernels), one per remote node in prefill
+  (normal kernels); dense layers send nothing;
+- ``two_batch_overlap``: each layer takes the longer of its compute and its communication.
+
+Profiles (``dpbench.twin.profiles``): ``profile="roofline"`` is :data:`H200` as documented
+here; ``profile="published-fit"`` sets the efficiencies and ``layer_overhead_s`` fitted to
+published DeepSeek serving figures (``dpbench twin clock``). A calibration file overrides the
+attention core under either. :func:`cost_block` is what a run result records of its clock.
+
 Public API (the server tier's simulated forward uses it; keep it stable)::
 
     model = make_cost_model(model_config, dp_size, calibration=None, *, tp_size=None,
-                            mixed_step_charge=False)
+                            mixed_step_charge=False, profile="roofline")
     seconds = model.step_time([RankWork("extend", num_reqs, new_tokens, context_tokens,
                                         attn_pairs), RankWork("decode", ...), ...])
     model.describe()
