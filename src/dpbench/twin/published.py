@@ -8,6 +8,9 @@ one figure's set-up, without SGLang:
   ``concurrency / dp_size`` requests; a wave is one prefill step per request (all ranks
   together, SGLang-style, not mixed into decode) and ``output_len − 1`` decode steps with the
   context growing by one token a step. Rates are the wave's requests and tokens over its time.
+  The twin replaying T1's workload (``dpbench/data/t1-closed-loop.yaml``, SGLang 0.5.23's
+  scheduler, 2,048 requests) ran these same steps: 9.066 req/s under the roofline and 5.155
+  under published-fit, as here (2026-12-04).
 - ``prefill`` (L1, D1): one step of ``tokens_per_gpu`` new tokens on every GPU, whole prompts
   (a ``cached_share`` of each prompt already in the KV cache counts as input, not new work).
 - ``decode`` (L2, L3, D1): one decode step of ``batch_per_gpu`` requests at ``kv_len`` each.
