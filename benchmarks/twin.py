@@ -5,6 +5,8 @@ chunked-prefill size (``TwinHeadline`` has twice it), with the delayer on and of
 (in-process ranks: identical numbers to gloo processes, tested); ``TwinScale`` times
 4 ranks × 2,000 requests of long-prompt-burst in both rank modes (threads and gloo
 processes); ``SchedulerPass`` times one rank's scheduler pass on a saturated KV pool.
+``PublishedClock`` holds the cost model against published DeepSeek serving figures
+(predicted / published per figure and cost profile; no SGLang).
 Each ``setup_cache`` is one call into :mod:`dpbench.twin.bench`. Scenario errors propagate
 (``asv run`` fails naming the benchmark); only an SGLang whose API shape is unsupported skips.
 """
@@ -392,3 +394,52 @@ class TwinProductionTraceDp8(TwinProductionTrace):
         )
 
     setup_cache.timeout = 7200
+
+
+# The published DeepSeek serving figures (dpbench/data/published-serving.yaml), by id; a test
+# checks this list against the table.
+PublishedFigure = Literal[
+    "T1-req",
+    "T1-out",
+    "T1-total",
+    "T1-user",
+    "L1-1k",
+    "L1-2k",
+    "L1-4k",
+    "L2",
+    "L3",
+    "D1-prefill",
+    "D1-decode",
+    "F1-bw",
+    "F1-flops",
+]
+CostProfileName = Literal["roofline", "published-fit"]
+
+
+class PublishedClock:
+    """The twin's clock against published DeepSeek serving figures: the cost model run on each
+    published set-up, predicted / published per figure and cost profile (``dpbench twin
+    clock``; no SGLang). 1 is a perfect prediction; neither side of it is better."""
+
+    params: ClassVar[tuple[list[Any], ...]] = (
+        list(get_args(PublishedFigure)),
+        list(get_args(CostProfileName)),
+    )
+    param_names: ClassVar[list[str]] = ["figure", "cost_profile"]
+    version = "published-clock-1"
+
+    def setup_cache(self) -> dict[str, dict[str, float]]:
+        return bench.published_clock()
+
+    def setup(self, cache, figure, cost_profile) -> None:
+        if figure not in cache:
+            raise ValueError(f"figure must be one of {sorted(cache)}; found {figure!r}")
+        if cost_profile not in get_args(CostProfileName):
+            raise ValueError(
+                f"cost_profile must be one of {get_args(CostProfileName)}; found {cost_profile!r}"
+            )
+
+    def track_predicted_over_published(self, cache, figure, cost_profile) -> float:
+        return cache[figure][cost_profile]
+
+    track_predicted_over_published.unit = "predicted / published"

@@ -210,14 +210,14 @@ def test_reading_a_track_judged_by_another_slo_fails():
 
 def test_asv_discovery_records_the_slo_in_every_slo_unit():
     """asv's own discovery (what ``asv run`` writes to benchmarks.json, which the dashboard and
-    ``dpbench compare`` read their labels from): the same 237 benchmarks, each SLO unit naming
+    ``dpbench compare`` read their labels from): the same 238 benchmarks (237 before PublishedClock), each SLO unit naming
     the one SLO, each SLO-judged track's version naming it too."""
     from asv_runner.discovery import list_benchmarks
 
     fp = io.StringIO()
     list_benchmarks(str(BENCHMARKS), fp)
     found = {b["name"]: b for b in json.loads(fp.getvalue())}
-    assert len(found) == 237
+    assert len(found) == 238
     judged = [b for n, b in found.items() if n.rsplit("track_", 1)[-1] in SLO_METRICS]
     assert len(judged) == 12  # 10 goodputs, TwinLoad's attainment, TwinCapacity's capacity
     for b in judged:

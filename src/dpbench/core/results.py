@@ -14,6 +14,7 @@ A run result is plain JSON::
       "wall_time_s": 12.3,
       "created": "2026-11-29T18:00:00Z",
       "notes": ["cost model: H200 roofline defaults (no calibration file)", ...],
+      "cost": {"profile": "roofline", "rung": ..., "model": ..., ...}   # a simulated clock's
       # "sglang" and "placement" come from dpbench.sglang_compat.provenance.provenance()
       "extra": {...}          # tier-specific detail (per-case records, timelines, …)
     }
@@ -76,6 +77,7 @@ def make_run_result(
     workload: dict[str, Any] | None = None,
     notes: list[str] | None = None,
     extra: dict[str, Any] | None = None,
+    cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
@@ -90,6 +92,7 @@ def make_run_result(
         "wall_time_s": wall_time_s,
         "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "notes": notes or [],
+        **({"cost": cost} if cost is not None else {}),
         "extra": extra or {},
     }
 
@@ -136,3 +139,15 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise RunResultError(f"{p}: not valid JSON ({exc})") from exc
     return validate(data, source=str(p))
+
+
+def cost_profile_of(result: dict[str, Any]) -> str | None:
+    """The cost profile a run result's simulated times came from: its ``cost`` block's, else
+    ``roofline`` for a twin or simulated-forward result from before profiles existed (the only
+    clock there was), else None (a tier without a cost model: placement, kernels, GPU server)."""
+    cost = result.get("cost")
+    if isinstance(cost, dict) and isinstance(cost.get("profile"), str):
+        return cost["profile"]
+    if result.get("tier") == "twin" or result.get("executor") == "simulated":
+        return "roofline"
+    return None

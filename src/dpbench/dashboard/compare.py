@@ -623,3 +623,23 @@ def regressions(rows: list[Row], threshold_pct: float) -> list[Row]:
         for r in rows
         if r.verdict == "worse" and (r.change.pct is None or abs(r.change.pct) >= threshold_pct)
     ]
+
+
+def profile_mismatch(run_files: list[Any], sha_a: str, sha_b: str) -> str | None:
+    """Why two commits' results cannot be paired: their simulated times came from different
+    cost profiles (each run file's ``cost`` block; dpbench.core.results.cost_profile_of).
+    None when both sides used one profile, or either side has no simulated clock."""
+    from dpbench.core.results import cost_profile_of
+
+    seen: dict[str, set[str]] = {sha_a: set(), sha_b: set()}
+    for rf in run_files:
+        profile = cost_profile_of(rf.data) if rf.commit in seen else None
+        if profile is not None:
+            seen[rf.commit].add(profile)
+    a, b = seen[sha_a], seen[sha_b]
+    if not a or not b or (a == b and len(a) == 1):
+        return None
+    return (
+        f"A's results come from cost profile {', '.join(sorted(a))} and B's from "
+        f"{', '.join(sorted(b))}: their simulated times are not comparable"
+    )

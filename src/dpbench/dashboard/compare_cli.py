@@ -40,6 +40,7 @@ from dpbench.dashboard.compare import (
     Side,
     compare_commits,
     fmt_pct,
+    profile_mismatch,
     regime_text,
     regressions,
     resolve_commit,
@@ -240,6 +241,9 @@ def compare_command(
         "a worsening from 0 always counts",
     ),
     fail: bool = typer.Option(True, "--fail/--no-fail", help="--no-fail: always exit 0"),
+    allow_mixed_profiles: bool = typer.Option(
+        False, "--allow-mixed-profiles", help="pair results made under different cost profiles"
+    ),
 ) -> None:
     """Compare two commits, most significant change first.
 
@@ -251,6 +255,10 @@ def compare_command(
     model = build_model(loaded, history)
     ia, ib = _resolve(model, a, history), _resolve(model, b, history)
     _require_answers(model, ia, ib, machine)
+    ca, cb = model["commits"][ia], model["commits"][ib]
+    mixed = profile_mismatch(loaded.run_files, ca["sha"], cb["sha"])
+    if mixed and not allow_mixed_profiles:
+        raise typer.BadParameter(f"{mixed}; --allow-mixed-profiles compares them anyway")
     for p in model["problems"]:  # other commits' files: named, and left out
         console.print(
             f"[yellow]skipped[/] {escape(p['path'])}: {escape(p['reason'])}", highlight=False

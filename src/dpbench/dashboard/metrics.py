@@ -58,6 +58,11 @@ DIRECTIONS: tuple[tuple[str, str, str], ...] = (
         "validity check, never a verdict",
     ),
     (r"^placement_code", "none", "a category (early / post-kv / …), not a quantity"),
+    (
+        r"^predicted_over_published",
+        "none",
+        "the clock against a published figure: 1 is a perfect prediction, neither side better",
+    ),
     (r"^pr31835_conforming_cases", "higher", "cases that behave as PR #31835 states"),
     (r"^chunked_negotiates", "higher", "PR #31835 makes add_chunked_req negotiate"),
     (r"^kv_exits_before_negotiation", "none", "describes the placement; no better value"),
@@ -157,6 +162,7 @@ QUANTITIES: tuple[tuple[str, float | None, float | None, bool], ...] = (
     (r"^prefix_reuse", 0.0, None, False),  # a ratio of tokens
     (r"error_ms", None, None, False),  # the load client's signed timing error
     (r"imbalance$", 1.0, None, False),  # max / mean over ranks
+    (r"^predicted_over_published$", 0.0, None, False),  # a ratio of two positive figures
     (
         r"fraction|_rate$|attainment|utilization|occupied|^chunked_negotiates",
         0.0,

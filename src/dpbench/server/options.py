@@ -13,6 +13,7 @@ from typing import Literal, get_args
 
 from dpbench.server.errors import RunOptionsError
 from dpbench.server.stats import Slo
+from dpbench.twin.profiles import COST_PROFILES, DEFAULT_PROFILE, CostProfile
 
 # round_robin: SGLang's DP controller; cache_aware: the load client routes (SGLang's router)
 ServerDispatch = Literal["round_robin", "cache_aware"]
@@ -161,6 +162,13 @@ class RunOptions:
     calibration: str | None = field(
         default=None, metadata={"help": "kernel calibration file for the cost model"}
     )
+    cost_profile: CostProfile = field(
+        default=DEFAULT_PROFILE,
+        metadata={
+            "help": "simulated forward: the cost model's efficiencies, roofline or "
+            "published-fit (`dpbench twin clock`)"
+        },
+    )
     step_records_dir: str | None = field(
         default=None,
         metadata={
@@ -172,6 +180,10 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.sglang and self.python:
             raise RunOptionsError("give --sglang VERSION or --python, not both")
+        if self.cost_profile not in COST_PROFILES:
+            raise RunOptionsError(
+                f"cost_profile must be one of {COST_PROFILES}, got {self.cost_profile!r}"
+            )
         if not 0 < self.time_scale <= 100:
             raise RunOptionsError(f"time_scale must be in (0, 100], got {self.time_scale}")
         if self.max_requests is not None and self.max_requests < 1:

@@ -175,6 +175,7 @@ def _finish(
     )
     if prep.options.simulate_forward:
         mark_simulated(result, run.executor["cost_model"])
+        result["cost"] = run.executor["cost"]
     # whether this run measured SGLang or this machine (stated limits; a broken one says which)
     result["extra"]["instrument_health"] = check(result).as_dict()
     for line in result["extra"]["instrument_health"]["broken"]:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dpbench.twin.cost import RankWork, make_cost_model
+from dpbench.twin.cost import RankWork, cost_block, make_cost_model
+from dpbench.twin.profiles import DEFAULT_PROFILE
 from dpbench.workload.models import load_model_config
 
 FACTORY = "dpbench.server.simcost:rank_cost"
@@ -22,14 +23,18 @@ FACTORY = "dpbench.server.simcost:rank_cost"
 RankCost = Callable[[dict[str, Any], Sequence[int], int], float]
 
 
-def cost_model(model: str, dp_size: int, calibration: str | None = None) -> Any:
+def cost_model(
+    model: str, dp_size: int, calibration: str | None = None, profile: str = DEFAULT_PROFILE
+) -> Any:
     """The twin's execution-time model for ``model`` at ``dp_size`` (its public factory)."""
-    return make_cost_model(load_model_config(model), dp_size, calibration)
+    return make_cost_model(load_model_config(model), dp_size, calibration, profile=profile)
 
 
-def rank_cost(model: str, dp_size: int, calibration: str | None = None) -> RankCost:
+def rank_cost(
+    model: str, dp_size: int, calibration: str | None = None, profile: str = DEFAULT_PROFILE
+) -> RankCost:
     """cost(own_work, tokens_per_rank, rank) -> seconds of this rank's forward."""
-    cm = cost_model(model, dp_size, calibration)
+    cm = cost_model(model, dp_size, calibration, profile)
 
     def cost(own: dict[str, Any], global_tokens: Sequence[int], rank: int) -> float:
         if len(global_tokens) != dp_size:
@@ -48,6 +53,13 @@ def rank_cost(model: str, dp_size: int, calibration: str | None = None) -> RankC
     return cost
 
 
-def describe(model: str, dp_size: int, calibration: str | None = None) -> dict[str, str]:
-    cm = cost_model(model, dp_size, calibration)
-    return {"name": str(cm.name), "description": cm.describe(), "model": model}
+def describe(
+    model: str, dp_size: int, calibration: str | None = None, profile: str = DEFAULT_PROFILE
+) -> dict[str, Any]:
+    cm = cost_model(model, dp_size, calibration, profile)
+    return {
+        "name": str(cm.name),
+        "description": cm.describe(),
+        "model": model,
+        "cost": cost_block(cm),
+    }

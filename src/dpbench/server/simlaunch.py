@@ -57,6 +57,7 @@ def sim_launch(prep: Prepared, log: Path) -> SimLaunch:
         "model": str(prep.spec.model),
         "dp_size": cfg.dp_size,
         "calibration": opts.calibration,
+        "profile": opts.cost_profile,
     }
     conf = SimForwardConfig(
         record_dir=str(records),
@@ -77,11 +78,12 @@ def sim_launch_env(prep: Prepared, log: Path) -> dict[str, str]:
     return sim_launch(prep, log).env
 
 
-def _executor(opts: RunOptions, described: dict[str, str]) -> dict[str, Any]:
+def _executor(opts: RunOptions, described: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": "simulated",
         "cost_model": described["name"],
         "cost_model_description": described["description"],
+        "cost": described["cost"],
         "time_scale": opts.time_scale,
         "forward_timing": "slept on the scheduler thread"
         if opts.serial_forward

@@ -264,3 +264,10 @@ def production_trace(
         return _kept(result)
 
     return _grid(itertools.product(*params, windows), one)
+
+
+def published_clock() -> dict[str, dict[str, float]]:
+    """``PublishedClock``: predicted / published for each published figure, by cost profile."""
+    from dpbench.twin.clock import clock_rows
+
+    return {r.figure: {p: r.ratio(p) for p in r.predicted} for r in clock_rows()}

@@ -471,3 +471,7 @@ def _print_comparisons(
 from dpbench.twin.capacity_cli import capacity as _capacity  # noqa: E402  (a module of its own)
 
 app.command(name="capacity")(_capacity)
+
+from dpbench.twin.clock_cli import clock as _clock  # noqa: E402  (a module of its own)
+
+app.command(name="clock")(_clock)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from dpbench.metrics.latency import Slo
+from dpbench.twin.profiles import COST_PROFILES, DEFAULT_PROFILE, CostProfile
 
 Dispatch = Literal["round_robin", "shortest_queue", "cache_aware"]
 DISPATCHES: tuple[str, ...] = get_args(Dispatch)
@@ -227,6 +228,13 @@ class TwinConfig:
             "eager launches"
         },
     )
+    cost_profile: CostProfile = field(
+        default=DEFAULT_PROFILE,
+        metadata={
+            "help": "the cost model's efficiencies: roofline (assumed defaults) or published-fit "
+            "(fitted to published DeepSeek serving figures; `dpbench twin clock`)"
+        },
+    )
     rank_mode: RankMode = field(
         default="processes",
         metadata={
@@ -290,6 +298,10 @@ class TwinConfig:
         if self.cost_topology not in COST_TOPOLOGIES:
             raise TwinConfigError(
                 f"cost_topology must be one of {COST_TOPOLOGIES}, got {self.cost_topology!r}"
+            )
+        if self.cost_profile not in COST_PROFILES:
+            raise TwinConfigError(
+                f"cost_profile must be one of {COST_PROFILES}, got {self.cost_profile!r}"
             )
         if self.rank_mode not in RANK_MODES:
             raise TwinConfigError(f"rank_mode must be one of {RANK_MODES}, got {self.rank_mode!r}")

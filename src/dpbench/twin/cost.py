@@ -55,10 +55,27 @@ step under one forward mode for all DP ranks, so in a mixed step the decode rank
 eagerly: ``eager_launch_s`` per step (``DeviceRoofline.eager_layer_launch_s`` ×
 layers). The decode ranks' wait for the extending rank is already in ``max_r attn_r``.
 
+Terms for other deployments (off by default; ``dpbench.twin.published`` uses them to run
+the published wide-EP set-ups):
+
+- ``layer_overhead_s`` (a :class:`DeviceRoofline` field, 0 in the roofline profile): a fixed
+  time per layer per forward, for the kernels the roofline leaves out;
+- ``moe_comm="all_to_all"``: DeepEP's dispatch (FP8) and combine (BF16) instead of the
+  all-gather and reduce-scatter: ``T_r × copies × hidden × 3 B`` per layer over NVLink, or
+  over the scale-out network (``scaleout_bytes_per_s``) when the GPUs span nodes. Copies:
+  ``top_k`` per token in decode (low-latency kernels), one per remote node in prefill
+  (normal kernels); dense layers send nothing;
+- ``two_batch_overlap``: each layer takes the longer of its compute and its communication.
+
+Profiles (``dpbench.twin.profiles``): ``profile="roofline"`` is :data:`H200` as documented
+here; ``profile="published-fit"`` sets the efficiencies and ``layer_overhead_s`` fitted to
+published DeepSeek serving figures (``dpbench twin clock``). A calibration file overrides the
+attention core under either. :func:`cost_block` is what a run result records of its clock.
+
 Public API (the server tier's simulated forward uses it; keep it stable)::
 
     model = make_cost_model(model_config, dp_size, calibration=None, *, tp_size=None,
-                            mixed_step_charge=False)
+                            mixed_step_charge=False, profile="roofline")
     seconds = model.step_time([RankWork("extend", num_reqs, new_tokens, context_tokens,
                                         attn_pairs), RankWork("decode", ...), ...])
     model.describe()
@@ -68,11 +85,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
+from dpbench.twin.profiles import HARDWARE, profile_params
 from dpbench.workload.models import ModelConfig
+
+MoeComm = Literal["all_gather", "all_to_all"]
+MOE_COMMS: tuple[str, ...] = get_args(MoeComm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +158,37 @@ class DeviceRoofline:
             "decoder layer × ~4 µs per launch (estimate: typical CUDA launch latency; not measured here)"
         },
     )
+    layer_overhead_s: float = field(
+        default=0.0,
+        metadata={
+            "help": "fixed time per decoder layer per forward: the kernels the roofline leaves out "
+            "(norms, RoPE, routing, quantisation, launch gaps); 0 in the roofline profile"
+        },
+    )
+    scaleout_bytes_per_s: float = field(
+        default=50e9,
+        metadata={"help": "RDMA between nodes per GPU, B/s (one 400 Gb/s NIC per GPU)"},
+    )
+    scaleout_efficiency: float = field(
+        default=0.7, metadata={"help": "achieved/peak RDMA bandwidth of the MoE all-to-all"}
+    )
 
 
 H200 = DeviceRoofline()
+
+
+def hardware_device(hardware: str, params: dict[str, float] | None = None) -> DeviceRoofline:
+    """A GPU's datasheet ceilings (``profiles.HARDWARE``) with the given efficiency fields."""
+    if hardware not in HARDWARE:
+        raise ValueError(f"hardware must be one of {tuple(HARDWARE)}; got {hardware!r}")
+    if hardware == "H200" and not params:
+        return H200  # the roofline's own record, name and all
+    return replace(H200, **{**HARDWARE[hardware], **(params or {})})
+
+
+def profile_device(profile: str, hardware: str = "H200") -> DeviceRoofline:
+    """``hardware``'s ceilings at a named cost profile's efficiencies (``dpbench.twin.profiles``)."""
+    return hardware_device(hardware, profile_params(profile))
 
 
 class RooflineModel:
@@ -155,10 +204,20 @@ class RooflineModel:
         *,
         tp_size: int | None = None,
         mixed_step_charge: bool = False,
+        moe_comm: MoeComm = "all_gather",
+        two_batch_overlap: bool = False,
+        gpus_per_node: int = 8,
+        profile: str = "roofline",
     ) -> None:
         self.model = model
         self.dp_size = dp_size
         self.device = device
+        self.profile = profile
+        if moe_comm not in MOE_COMMS:
+            raise ValueError(f"moe_comm must be one of {MOE_COMMS}; got {moe_comm!r}")
+        self.moe_comm = moe_comm
+        self.two_batch_overlap = two_batch_overlap
+        self.gpus_per_node = gpus_per_node
         self.gpus = tp_size if tp_size is not None else dp_size
         if self.gpus < dp_size or self.gpus % dp_size:
             raise ValueError(f"tp_size must be a multiple of dp_size ({dp_size}); got {self.gpus}")
@@ -209,24 +268,31 @@ class RooflineModel:
         """One layer's attention (projections + core) on one rank."""
         if w.kind == "idle" or w.new_tokens == 0:
             return 0.0
+        return self.projection_layer_s(w) + self.core_layer_s(w)
+
+    def core_layer_s(self, w: RankWork) -> float:
+        """One layer's attention core (no projections) on one GPU of the rank."""
+        return self._roof(*self.core_work(w), self.device.attn_efficiency)
+
+    def projection_layer_s(self, w: RankWork) -> float:
+        """One layer's attention projections on one rank (weights read once)."""
         d, a = self.device, self.attn_tp
-        proj = self._roof(
+        return self._roof(
             2 * w.new_tokens * self.attn_weights / a,
             self.attn_weights * d.weight_bytes / a,
             d.gemm_efficiency,
         )
+
+    def core_work(self, w: RankWork) -> tuple[float, float]:
+        """(FLOPs, KV bytes) of one layer's attention core on one GPU of the rank."""
+        a = self.attn_tp
         kv_bytes = w.context_tokens * self.kv_bytes_per_token_layer
         if not self.model.is_mla:
             kv_bytes /= a  # KV heads split over attention TP (MLA's latent is read whole)
-        if w.kind == "extend":
-            core = self._roof(
-                w.attn_pairs * self.extend_flops_per_pair / a, kv_bytes, d.attn_efficiency
-            )
-        else:
-            core = self._roof(
-                w.context_tokens * self.decode_flops_per_ctx / a, kv_bytes, d.attn_efficiency
-            )
-        return proj + core
+        per = self.extend_flops_per_pair * w.attn_pairs
+        if w.kind != "extend":
+            per = self.decode_flops_per_ctx * w.context_tokens
+        return per / a, kv_bytes
 
     def dense_mlp_layer_s(self, w: RankWork) -> float:
         if w.new_tokens == 0:
@@ -256,6 +322,38 @@ class RooflineModel:
         one = d.collective_latency_s + volume / (d.link_bytes_per_s * d.link_efficiency)
         return 2 * one
 
+    def all_to_all_layer_s(self, ranks: Sequence[RankWork]) -> float:
+        """DeepEP-style dispatch (FP8) and combine (activations) of one MoE layer; the GPU
+        with the most tokens sets the time. Each token goes to its ``top_k`` experts. Across
+        nodes the off-node share crosses the scale-out network, else NVLink. A step with
+        prefill uses the normal kernels, which send a token once per remote node; a decode
+        step the low-latency kernels, which send it once per remote expert."""
+        d, n = self.device, self.gpus
+        tokens = max(w.new_tokens for w in ranks) / self.attn_tp
+        if tokens == 0 or n == 1:
+            return 0.0
+        k = self.model.num_experts_per_tok or 0
+        nodes = -(-n // self.gpus_per_node)
+        if nodes == 1:
+            copies, bw = k * (n - 1) / n, d.link_bytes_per_s * d.link_efficiency
+        elif any(w.kind == "extend" for w in ranks):  # remote nodes hit by k experts
+            copies = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k)
+            bw = d.scaleout_bytes_per_s * d.scaleout_efficiency
+        else:
+            copies = k * (nodes - 1) / nodes
+            bw = d.scaleout_bytes_per_s * d.scaleout_efficiency
+        volume = tokens * copies * self.model.hidden_size * (1.0 + d.act_bytes)  # FP8, BF16
+        return 2 * d.collective_latency_s + volume / bw
+
+    def comm_layer_s(self, ranks: Sequence[RankWork], total_tokens: int, moe: bool) -> float:
+        """The MoE layer's communication: all-gather + reduce-scatter (SGLang's DP attention),
+        or the all-to-all (``moe_comm="all_to_all"``: dense layers need none)."""
+        if total_tokens == 0:
+            return 0.0
+        if self.moe_comm == "all_gather":
+            return self.collective_layer_s(total_tokens)
+        return self.all_to_all_layer_s(ranks) if moe else 0.0
+
     def lm_head_s(self, w: RankWork) -> float:
         if w.num_reqs == 0:
             return 0.0
@@ -275,17 +373,22 @@ class RooflineModel:
         total = sum(w.new_tokens for w in ranks)
         layers = self.model.num_hidden_layers
         attn_per_layer = [a / layers for a in attention_s]
-        coll = self.collective_layer_s(total) if total else 0.0
-        dense = max(
+        fixed = self.device.layer_overhead_s if total else 0.0
+        dense = fixed + max(
             a + self.dense_mlp_layer_s(w) for a, w in zip(attn_per_layer, ranks, strict=True)
         )
-        moe = max(attn_per_layer) + self.moe_layer_s(total)
-        body = self.dense_layers * (dense + coll) + self.moe_layers * (moe + coll)
+        moe = fixed + max(attn_per_layer) + self.moe_layer_s(total)
+        body = self.dense_layers * self._layer(dense, self.comm_layer_s(ranks, total, False))
+        body += self.moe_layers * self._layer(moe, self.comm_layer_s(ranks, total, True))
         head = max(self.lm_head_s(w) for w in ranks)
         eager = 0.0
         if self.mixed_step_charge and self.is_mixed(ranks):
             eager = layers * self.device.eager_layer_launch_s
         return body + head + self.device.step_overhead_s + eager
+
+    def _layer(self, compute: float, comm: float) -> float:
+        """One layer: compute then communication, or (two-batch overlap) whichever is longer."""
+        return max(compute, comm) if self.two_batch_overlap else compute + comm
 
     @staticmethod
     def is_mixed(ranks: Sequence[RankWork]) -> bool:
@@ -294,9 +397,14 @@ class RooflineModel:
 
     def describe(self) -> str:
         return (
-            f"roofline defaults: {self.device.name}, model {self.model.name}, dp_size {self.dp_size}, "
+            f"{self._profile_text()}: {self.device.name}, model {self.model.name}, dp_size {self.dp_size}, "
             f"{self._topology()} (no calibration file)"
         )
+
+    def _profile_text(self) -> str:
+        if self.profile == "roofline":
+            return "roofline defaults"
+        return f"cost profile {self.profile}"
 
     def _topology(self) -> str:
         if self.gpus == self.dp_size and not self.mixed_step_charge:
@@ -320,12 +428,9 @@ class CalibratedModel(RooflineModel):
         *,
         allow_interpreter: bool = False,
         device: DeviceRoofline = H200,
-        tp_size: int | None = None,
-        mixed_step_charge: bool = False,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            model, dp_size, device, tp_size=tp_size, mixed_step_charge=mixed_step_charge
-        )
+        super().__init__(model, dp_size, device, **options)
         from dpbench.kernels.calibration import load_calibration  # written by the kernels tier
 
         self.path = Path(calibration_path)
@@ -354,21 +459,15 @@ class CalibratedModel(RooflineModel):
                 "decode", batch=reqs, context=mean_ctx, new_tokens=reqs
             )
         layers = self.model.num_hidden_layers
-        d, a = self.device, self.attn_tp
-        proj = self._roof(
-            2 * w.new_tokens * self.attn_weights / a,
-            self.attn_weights * d.weight_bytes / a,
-            d.gemm_efficiency,
-        )
         # the calibration measured one GPU holding all heads: attention TP splits the heads
-        return float(est) * layers / a + layers * proj
+        return float(est) * layers / self.attn_tp + layers * self.projection_layer_s(w)
 
     def describe(self) -> str:
         cal = self.calibration
         return (
             f"calibrated attention from {self.path} (device {getattr(cal, 'device', '?')}, "
             f"SGLang {getattr(cal, 'sglang_version', '?')}); MoE, projections, collectives, LM head: "
-            f"roofline defaults ({self.device.name}); {self._topology()}"
+            f"{self._profile_text()} ({self.device.name}); {self._topology()}"
         )
 
 
@@ -380,15 +479,32 @@ def make_cost_model(
     allow_interpreter: bool = False,
     tp_size: int | None = None,
     mixed_step_charge: bool = False,
+    profile: str = "roofline",
 ) -> ExecutionTimeModel:
-    """The step-time model: roofline, or attention from a kernel calibration file (see the module docstring)."""
+    """The step-time model: roofline, or attention from a kernel calibration file (see the module
+    docstring), with a named profile's efficiencies on an H200 (``dpbench.twin.profiles``)."""
+    options: dict[str, Any] = {
+        "device": profile_device(profile, "H200"),
+        "tp_size": tp_size,
+        "mixed_step_charge": mixed_step_charge,
+        "profile": profile,
+    }
     if calibration is None:
-        return RooflineModel(model, dp_size, tp_size=tp_size, mixed_step_charge=mixed_step_charge)
+        return RooflineModel(model, dp_size, **options)
     return CalibratedModel(
-        model,
-        dp_size,
-        calibration,
-        allow_interpreter=allow_interpreter,
-        tp_size=tp_size,
-        mixed_step_charge=mixed_step_charge,
+        model, dp_size, calibration, allow_interpreter=allow_interpreter, **options
     )
+
+
+def cost_block(cost: ExecutionTimeModel) -> dict[str, Any]:
+    """What a run result records of its clock (``result["cost"]``): the profile, the rung
+    (roofline < published-fit < kernel-calibrated), the model and its description."""
+    profile = str(getattr(cost, "profile", "roofline"))
+    path = getattr(cost, "path", None)
+    return {
+        "profile": profile,
+        "rung": "kernel-calibrated" if path is not None else profile,
+        "model": cost.name,
+        "calibration": str(path) if path is not None else None,
+        "description": cost.describe(),
+    }

@@ -60,6 +60,7 @@ ARM_MODES: dict[str, dict[str, Any]] = {
     "no-overlap": {"overlap_schedule": False},
     "no-chunk-reset": {"chunk_merge_resets_batch_is_full": False},
     "physical": {"cost_topology": "physical"},
+    "fit": {"cost_profile": "published-fit"},
 }
 # short names for options, as NAME=VALUE
 ARM_KEYS: dict[str, str] = {

@@ -108,6 +108,9 @@ class Arrivals:
     sent_s: np.ndarray | None = None
     # cache-aware dispatch: each prompt's block keys and tokens per block (twin.router)
     prefix_keys: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] | None = None
+    # closed loop: this many requests in flight; request i arrives when i − concurrency
+    # requests have finished (every arrival_s is 0), and its latencies count from then
+    concurrency: int | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -298,6 +301,7 @@ class Dispatcher:
         self.policy = policy
         self.next_i = 0
         self.loads = [0] * dp_size
+        self.finished = 0  # requests all ranks finished, as gathered last step (closed loop)
         self._rr = 0
         self.router = None
         if policy == "cache_aware" and arrivals.rank is None:
@@ -312,11 +316,16 @@ class Dispatcher:
     def next_arrival_s(self) -> float:
         return float(self.arrivals.arrival_s[self.next_i])
 
+    def _slot_free(self) -> bool:
+        c = self.arrivals.concurrency
+        return c is None or self.next_i < c + self.finished
+
     def take(self, clock: float) -> list[int]:
-        """Trace indices that arrived by ``clock`` and go to this rank."""
+        """Trace indices that arrived by ``clock`` (closed loop: whose slot freed) and go to
+        this rank."""
         mine = []
         a = self.arrivals
-        while self.next_i < len(a) and a.arrival_s[self.next_i] <= clock:
+        while self.next_i < len(a) and a.arrival_s[self.next_i] <= clock and self._slot_free():
             if a.rank is not None:
                 target = int(a.rank[self.next_i])
             elif self.policy == "round_robin":
@@ -335,6 +344,7 @@ class Dispatcher:
 
     def observe(self, rows: Sequence[StepRow]) -> None:
         self.loads = [r.load for r in rows]
+        self.finished = sum(r.finished for r in rows)
 
 
 class StepRecords:
@@ -457,7 +467,7 @@ def _build_rank(rank: int, job: RankJob, group: Any) -> RankScheduler:
 
 
 def _admit(
-    sched: RankScheduler, job: RankJob, indices: list[int], served: list[TrackedReq]
+    sched: RankScheduler, job: RankJob, indices: list[int], served: list[TrackedReq], now: float
 ) -> None:
     a = job.arrivals
     for i in indices:
@@ -468,6 +478,8 @@ def _admit(
             ignore_eos=a.ignore_eos,
         )
         since = a.sent_s[i] if a.sent_s is not None else a.arrival_s[i]
+        if a.concurrency is not None:  # closed loop: it arrived when its slot freed
+            since = now
         tracked = TrackedReq(i, req, float(since), int(a.max_new_tokens[i]))
         served.append(tracked)
         sched.enqueue(tracked)
@@ -497,7 +509,7 @@ def lockstep(
             if dispatch.exhausted:
                 break
             clock = max(clock, dispatch.next_arrival_s())
-        _admit(sched, job, dispatch.take(clock), served)
+        _admit(sched, job, dispatch.take(clock), served, clock)
         t0 = time.perf_counter()
         plan = sched.plan()  # SGLang's real adder + delayer (its all-gather inside)
         pass_us = (time.perf_counter() - t0) * 1e6

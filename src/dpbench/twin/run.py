@@ -27,7 +27,7 @@ from dpbench.core.results import Metric
 from dpbench.core.schema import to_dict
 from dpbench.sglang_compat.scheduling import SchedulerDefaults
 from dpbench.twin.config import TwinConfig, TwinConfigError, TwinInputs
-from dpbench.twin.cost import RankWork, make_cost_model
+from dpbench.twin.cost import RankWork, cost_block, make_cost_model
 from dpbench.twin.metrics import classify_steps, compute
 from dpbench.twin.ranks import (
     Arrivals,
@@ -123,6 +123,20 @@ def load_replay(path: str, trace: list[Any], dp_size: int) -> dict[str, tuple[fl
     return out
 
 
+def closed_loop_concurrency(spec: Any, config: TwinConfig) -> int | None:
+    """A closed-loop spec's concurrency (None for any other arrival process)."""
+    from dpbench.workload.spec import ClosedLoopArrivals
+
+    if not isinstance(spec.arrival, ClosedLoopArrivals):
+        return None
+    if config.rate_scale != 1.0:
+        raise TwinConfigError(
+            f"rate_scale must be 1 for a closed-loop spec (its load is its concurrency, "
+            f"{spec.arrival.concurrency}), got {config.rate_scale}"
+        )
+    return int(spec.arrival.concurrency)
+
+
 def run_twin(
     spec_name: str | Path,
     config: TwinConfig,
@@ -165,6 +179,7 @@ def run_twin(
         calibration,
         tp_size=config.gpus if physical else None,
         mixed_step_charge=physical,
+        profile=config.cost_profile,
     )
     kit, provenance, defaults = prepare_release(config)
     given = (
@@ -188,6 +203,7 @@ def run_twin(
         prefix_keys=tuple(keys[r.id] for r in ordered)
         if config.dispatch == "cache_aware" and not given
         else None,
+        concurrency=closed_loop_concurrency(spec, config) if not given else None,
     )
     if config.rank_mode == "threads":
         exchange: Any = BatonExchange(Baton(config.dp_size, config.deadline_s))
@@ -250,6 +266,11 @@ def run_twin(
         notes.append(
             f"batch_is_full on NO_TOKEN: {s.batch_is_full_rule} (--batch-is-full-rule, not the release's)"
         )
+    if arrivals.concurrency is not None:
+        notes.append(
+            f"closed loop: {arrivals.concurrency} requests in flight; each arrives when one "
+            "finishes, and its latencies count from then"
+        )
     if config.replay_arrivals:
         notes.append(
             f"arrivals replayed from {config.replay_arrivals}: each request arrived when and on the "
@@ -280,6 +301,7 @@ def run_twin(
             "seed": spec.seed if seed is None else seed,
             "num_requests": total,
             "cost_model": cost.name,
+            "cost_profile": config.cost_profile,
             "cost_topology": config.cost_topology,
             "step_exchange": exchange.name,
             "rank_mode": config.rank_mode,
@@ -294,6 +316,7 @@ def run_twin(
         extra["timeline"] = timeline(results)
         extra["timeline"]["request_ids"] = list(arrivals.ids)  # rank_admitted's indices
     return make_run_result(
+        cost=cost_block(cost),
         tier="twin",
         sglang=provenance["sglang"],
         placement=provenance["placement"],

@@ -66,6 +66,7 @@ def sweep_release(
             info = info or {
                 "sglang": result["sglang"],
                 "placement": result["placement"],
+                "cost": result.get("cost"),
                 "scheduler_defaults": {},
             }
             info["scheduler_defaults"][f"dp{dp}-chunk{chunk}"] = result["extra"][
