@@ -30,6 +30,7 @@ _GROUPS: list[tuple[str, str]] = [
     ("kernels", "dpbench.kernels.cli"),
     ("server", "dpbench.server.cli"),
     ("dashboard", "dpbench.dashboard.cli"),
+    ("change", "dpbench.mainjob.changes_cli"),
 ]
 
 for _name, _module in _GROUPS:

@@ -1,7 +1,8 @@
 """`python -m dpbench.envs.install RELEASE_JSON [--no-server]`: asv's install step for one commit of the release history.
 
 Run by asv with the environment's own interpreter; reads the commit's ``release.json``
-(written by ``dpbench releases``) and installs that SGLang release the CPU way, with what
+(written by ``dpbench releases``) and installs that SGLang release the CPU way (a
+change's commit, holding ``change.json`` too, then gets the change laid over it), with what
 SGLang's real server needs (the simulated-forward server tier) unless ``--no-server``:
 a config that runs only the placement and twin tiers saves ~2 GB and minutes per release.
 """
@@ -12,7 +13,18 @@ import json
 import sys
 from pathlib import Path
 
-from dpbench.envs.venv import install_release
+from dpbench.envs.venv import _site_packages, install_release
+
+
+def install_change(record: Path, patch: Path) -> dict:
+    """Lay the change in ``record`` over the SGLang installed in this interpreter's environment."""
+    from dpbench.changes.record import Change
+    from dpbench.envs.change_env import overlay_change
+
+    change = Change.from_dict(json.loads(record.read_text()), str(record))
+    site = _site_packages(sys.executable)
+    written = overlay_change(Path(sys.executable), site, change, patch.read_bytes())
+    return {**change.marker(), "written": written}
 
 
 def main(argv: list[str]) -> int:
@@ -31,6 +43,9 @@ def main(argv: list[str]) -> int:
     info = install_release(
         sys.executable, meta["sglang"], with_dpbench=False, with_server=with_server
     )
+    record = path.parent / "change.json"
+    if record.exists():  # a change's commit: its files over the base release just installed
+        info["change"] = install_change(record, path.parent / "change.patch")
     print(json.dumps(info))
     return 0
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from dpbench.core.paths import cache_dir
+from dpbench.changes import history as changes
+from dpbench.core.paths import history_dir
 from dpbench.envs.venv import wheel_path
 
 
@@ -123,7 +124,7 @@ KNOWN_VERSIONS: tuple[str, ...] = tuple(r.version for r in KNOWN_RELEASES)
 
 
 def default_repo() -> Path:
-    return cache_dir() / "sglang-releases"
+    return history_dir()
 
 
 def _parse_versions(versions: Sequence[str]) -> list[str]:
@@ -181,7 +182,8 @@ def build(extra: Sequence[str] = (), repo: Path | None = None) -> list[tuple[str
 
     The history holds every known release plus any newer one in ``extra``; rebuilding
     gives the same commit hashes (fixed author, dates from the wheels, fixed order), so
-    asv results stay attached to their commits.
+    asv results stay attached to their commits. Changes added to the old history
+    (:mod:`dpbench.changes`) are carried over, each with the same hash.
     """
     releases = history_releases(extra)
     repo = Path(repo or default_repo())
@@ -208,6 +210,8 @@ def build(extra: Sequence[str] = (), repo: Path | None = None) -> list[tuple[str
         _git(tmp, "commit", "-q", "--no-gpg-sign", "-m", f"sglang {rel.version}", env=ident)
         _git(tmp, "tag", f"v{rel.version}")
         out.append((rel.version, _git(tmp, "rev-parse", "HEAD")))
+    # the changes added to the old history, each again on its base (the same hashes)
+    changes.replay(changes.list_changes(repo), tmp)
     subprocess.run(["rm", "-rf", str(repo)], check=True)
     tmp.rename(repo)
     return out

@@ -158,7 +158,7 @@ def run(
     sglang: Annotated[
         str | None,
         typer.Option(
-            help=f"SGLang release to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"
+            help=f"SGLang release, or a change (dpbench change list), to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"
         ),
     ] = None,
     output: Annotated[
@@ -331,7 +331,7 @@ def sweep(
     sglang: Annotated[
         list[str],
         typer.Option(
-            help="an arm: a release (0.5.16), optionally with modes after ':' (0.5.17:ablation: add_chunked_req "
+            help="an arm: a release (0.5.16) or a change (dpbench change list), optionally with modes after ':' (0.5.17:ablation: add_chunked_req "
             "without the delayer; no-radix; no-overlap; no-chunk-reset; physical; conservativeness=X; "
             "batch-is-full=always|if_admitted_or_running; finished-filter=every_pass|at_decode; or "
             "any 'dpbench twin run' option as NAME=VALUE, e.g. overlap_schedule=false); give two "
