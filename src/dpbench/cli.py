@@ -46,6 +46,7 @@ for _name, _module in _GROUPS:
 # Top-level commands: (name, module, function)
 _COMMANDS: list[tuple[str, str, str]] = [
     ("releases", "dpbench.mainjob.releases_cli", "releases_command"),
+    ("source-history", "dpbench.mainjob.releases_cli", "source_history_command"),
     ("bench", "dpbench.mainjob.job", "bench_command"),
     ("asv-config", "dpbench.mainjob.asvconf", "asv_config_command"),
     ("compare", "dpbench.dashboard.compare_cli", "compare_command"),

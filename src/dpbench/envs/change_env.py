@@ -26,6 +26,7 @@ from dpbench.envs.venv import (
     _locked,
     compile_bytecode,
     ensure_env,
+    ensure_server_env,
     wheel_path,
 )
 
@@ -38,11 +39,13 @@ def change_env_path(change: Change) -> Path:
     return cache_dir() / "envs" / f"change-{change.name}-{change.key}"
 
 
-def _stamp_matches(path: Path, change: Change) -> bool:
+def _stamp_matches(path: Path, change: Change, server: bool) -> bool:
     stamp = path / "dpbench-env.json"
     if not stamp.exists():
         return False
     have = json.loads(stamp.read_text())
+    if server and "server" not in have:
+        return False
     return have.get("layout") == ENV_LAYOUT_VERSION and have.get("change") == change.marker()
 
 
@@ -82,8 +85,8 @@ def overlay_change(python: Path, site: Path, change: Change, patch: bytes) -> li
     return [str(p.relative_to(site)) for p in written]
 
 
-def _build(change: Change, patch: bytes, tmp: Path, final: Path) -> dict:
-    base = ensure_env(change.base)
+def _build(change: Change, patch: bytes, tmp: Path, final: Path, server: bool) -> dict:
+    base = ensure_server_env(change.base) if server else ensure_env(change.base)
     started = time.perf_counter()
     subprocess.run(["cp", "-a", str(base.path), str(tmp)], check=True)
     _retarget(tmp, base.path, final)
@@ -94,19 +97,22 @@ def _build(change: Change, patch: bytes, tmp: Path, final: Path) -> dict:
     return {**stamp, "change": change.marker(), "build_s": round(time.perf_counter() - started, 1)}
 
 
-def ensure_change_env(change: Change, patch: bytes) -> ReleaseEnv:
-    """The change's environment, built on first use (from its base's) and reused after."""
+def ensure_change_env(change: Change, patch: bytes, *, server: bool = False) -> ReleaseEnv:
+    """The change's environment, built on first use (from its base's) and reused after.
+
+    ``server``: with the server tier's extras, which it gets by copying a base environment
+    that has them (an environment copied from one without them is built again)."""
     path = change_env_path(change)
-    if _stamp_matches(path, change):
+    if _stamp_matches(path, change, server):
         return ReleaseEnv(change.name, path)
     with _locked(cache_dir() / "envs" / f".{path.name}.lock"):
-        if _stamp_matches(path, change):
+        if _stamp_matches(path, change, server):
             return ReleaseEnv(change.name, path)
         tmp = path.with_name(path.name + ".partial")
         for stale in (tmp, path):
             subprocess.run(["rm", "-rf", str(stale)], check=True)
         try:
-            info = _build(change, patch, tmp, path)
+            info = _build(change, patch, tmp, path, server)
             write_json(tmp / "dpbench-env.json", info)
             tmp.rename(path)
         except BaseException:

@@ -25,10 +25,11 @@ def is_release(name: str) -> bool:
     return True
 
 
-def ensure_env(name: str) -> venv.ReleaseEnv:
-    """The environment of release or change ``name``, built on first use."""
+def ensure_env(name: str, *, server: bool = False) -> venv.ReleaseEnv:
+    """The environment of release or change ``name``, built on first use; ``server``: with the
+    server tier's extras."""
     if is_release(name):
-        return venv.ensure_env(name)
+        return venv.ensure_server_env(name) if server else venv.ensure_env(name)
     repo = history_dir()
     if name not in list_names(repo):
         have = ", ".join(list_names(repo)) or "none"
@@ -37,4 +38,4 @@ def ensure_env(name: str) -> venv.ReleaseEnv:
             f"(changes: {have}; add one with `dpbench change add`)"
         )
     stored = read_change(repo, name)
-    return ensure_change_env(stored.change, stored.patch)
+    return ensure_change_env(stored.change, stored.patch, server=server)

@@ -9,12 +9,25 @@ import typer
 from dpbench.core.atomic import write_json
 from dpbench.core.paths import project_root
 
+# A commit's python/ folder installed as the CPU tiers need it (dpbench.envs.install on a
+# source tree): what asv.conf.json's GPU-runner install adds is SGLang's CUDA dependencies.
+CPU_INSTALL = [
+    "in-dir={env_dir} python -m pip install -q -e {conf_dir}",
+    "in-dir={env_dir} python -m dpbench.envs.install {build_dir} --no-server",
+]
+
 
 def asv_config_command(
     repo: str = typer.Option(..., help="SGLang repository: a local clone's path or a URL"),
     out: Path = typer.Option(Path("asv.local.json"), "-o", "--out", help="config file to write"),
     base: Path = typer.Option(None, help="config to start from (default: asv.conf.json)"),
     branch: list[str] = typer.Option(None, help="branches to follow (default: the base's)"),
+    cpu: bool = typer.Option(
+        False,
+        "--cpu",
+        help="install each commit the CPU way (the CPU tiers' imports pinned as its pyproject "
+        "pins them, SGLang --no-deps), not with its full CUDA dependency list",
+    ),
 ) -> None:
     """Write an asv config over another SGLang repository, e.g. a local clone on a GPU runner."""
     from asv.util import load_json  # asv's loader accepts the // comments our configs carry
@@ -33,6 +46,8 @@ def asv_config_command(
             )
         repo = str(local.resolve())
     conf["repo"] = repo
+    if cpu:
+        conf["install_command"] = CPU_INSTALL
     if branch:
         conf["branches"] = list(branch)
     write_json(out, conf)

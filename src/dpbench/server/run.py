@@ -304,10 +304,11 @@ def routed_requests(
 
 
 def release_python(version: str) -> str:
-    """The interpreter of SGLang ``version``'s release environment, with the server tier's extras."""
-    from dpbench.envs.venv import ensure_server_env
+    """The interpreter of SGLang ``version``'s release environment (or a change's: dpbench change
+    list), with the server tier's extras."""
+    from dpbench.envs.resolve import ensure_env
 
-    return str(ensure_server_env(version).python)
+    return str(ensure_env(version, server=True).python)
 
 
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:
