@@ -91,3 +91,19 @@ def asv_releases_config(tmp: Path, history: Path, **overrides: str) -> Path:
     path = tmp / "asv.json"
     path.write_text(json.dumps(conf, indent=2))
     return path
+
+
+def sglang_checkout(root: Path, version: str) -> Path:
+    """An SGLang-shaped checkout at ``root``: ``python/sglang`` holding ``version``'s package
+    sources, taken from its real wheel."""
+    import zipfile
+
+    from dpbench.envs.venv import wheel_path
+
+    with zipfile.ZipFile(wheel_path(version)) as zf:
+        for name in zf.namelist():
+            if name.startswith("sglang/") and not name.endswith("/"):
+                dest = root / "python" / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(zf.read(name))
+    return root

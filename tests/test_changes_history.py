@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import sglang_checkout
 
 from dpbench.core.paths import project_root
 from dpbench.dashboard.loaders import read_history
-from dpbench.envs.venv import wheel_path
 from dpbench.mainjob import releases
 
 PATCHES = project_root() / "patches"
@@ -39,15 +38,20 @@ def refs(repo: Path) -> str:
     return git(repo, "for-each-ref", "--format=%(objectname) %(refname)")
 
 
-@pytest.fixture(scope="module")
-def history(tmp_path_factory) -> Path:
-    repo = tmp_path_factory.mktemp("hist") / "sglang-releases"
+def add_revert(repo: Path) -> None:
+    """A fresh history at ``repo`` holding the change revert-31835 (no environment)."""
     releases.build(repo=repo)
     res = dpbench(
         "change", "add", "revert-31835", "--base", "0.5.17", "--patch", str(REVERT),
         "--history", str(repo), "--no-env",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("hist") / "sglang-releases"
+    add_revert(repo)
     return repo
 
 
@@ -91,12 +95,7 @@ def test_list_and_show(history):
 def test_the_same_change_gets_the_same_hash_and_survives_a_rebuild(history, tmp_path):
     sha = git(history, "rev-parse", "change/revert-31835")
     other = tmp_path / "other"
-    releases.build(repo=other)
-    res = dpbench(
-        "change", "add", "revert-31835", "--base", "0.5.17", "--patch", str(REVERT),
-        "--history", str(other), "--no-env",
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
+    add_revert(other)
     assert git(other, "rev-parse", "change/revert-31835") == sha
     releases.build(repo=other)  # `dpbench releases` again: the change is carried over
     assert git(other, "rev-parse", "change/revert-31835") == sha
@@ -108,16 +107,6 @@ def test_the_dashboard_history_places_a_change_after_its_base(history):
     at = labels.index("revert-31835")
     assert labels[at - 1] == "v0.5.17" and labels[at + 1] == "v0.5.18"
     assert rows[at]["branch"] == "change/revert-31835"
-
-
-def _wheel_only_checkout(tmp: Path) -> Path:
-    with zipfile.ZipFile(wheel_path("0.5.17")) as zf:
-        for name in zf.namelist():
-            if name.startswith("sglang/") and not name.endswith("/"):
-                dest = tmp / "python" / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(zf.read(name))
-    return tmp
 
 
 @pytest.mark.parametrize(
@@ -152,10 +141,41 @@ def test_bad_input_gets_one_line_and_leaves_the_history(history, args, needle):
 
 
 def test_an_unchanged_tree_is_refused(history, tmp_path):
-    tree = _wheel_only_checkout(tmp_path / "clone")
+    tree = sglang_checkout(tmp_path / "clone", "0.5.17")
     res = dpbench(
         "change", "add", "same", "--base", "0.5.17", "--tree", str(tree),
         "--history", str(history), "--no-env",
     )  # fmt: skip
     assert res.returncode == 2
     assert "holds SGLang 0.5.17's sources unchanged" in res.stderr
+
+
+def test_an_sglang_shaped_history_holds_release_sources_and_changes(history, tmp_path):
+    import tomllib
+
+    from dpbench.changes.record import prepare
+    from dpbench.envs.venv import wheel_path
+    from dpbench.mainjob.asvconf import CPU_INSTALL
+
+    src = tmp_path / "sglang"
+    res = dpbench("source-history", str(src), "--release", "0.5.16", "--release", "0.5.17",
+                  "--history", str(history))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert git(src, "tag", "--list").split() == ["revert-31835", "v0.5.16", "v0.5.17"]
+    assert git(src, "rev-parse", "revert-31835^") == git(src, "rev-parse", "v0.5.17")
+    project = tomllib.loads(git(src, "show", "v0.5.17:python/pyproject.toml"))["project"]
+    assert project["version"] == "0.5.17" and "transformers==5.12.1" in project["dependencies"]
+    policy = "python/sglang/srt/managers/schedule_policy.py"
+    assert git(src, "diff", "--name-only", "v0.5.17", "revert-31835") == policy
+    _, files = prepare("x", "0.5.17", REVERT.read_text(), {"kind": "patch"}, wheel_path("0.5.17"))
+    shown = subprocess.run(
+        ["git", "-C", str(src), "show", f"revert-31835:{policy}"], capture_output=True, check=True
+    ).stdout
+    assert shown == files["sglang/srt/managers/schedule_policy.py"]
+
+    conf = tmp_path / "asv.json"
+    res = dpbench("asv-config", "--repo", str(src), "--cpu", "-o", str(conf))
+    assert res.returncode == 0, res.stderr
+    written = json.loads(conf.read_text())
+    assert written["repo"] == str(src) and written["install_command"] == CPU_INSTALL
+    assert written["repo_subdir"] == "python"

@@ -7,9 +7,9 @@ nothing builds an environment.
 from __future__ import annotations
 
 import zipfile
-from pathlib import Path
 
 import pytest
+from conftest import sglang_checkout
 
 from dpbench.changes import ChangeError, diff
 from dpbench.changes.apply import changed_files
@@ -159,19 +159,8 @@ def test_bad_names(name):
         check_name(name)
 
 
-def _checkout(tmp: Path, version: str) -> Path:
-    """An SGLang-shaped checkout holding ``version``'s package sources from its wheel."""
-    with zipfile.ZipFile(wheel_path(version)) as zf:
-        for name in zf.namelist():
-            if name.startswith("sglang/") and not name.endswith("/"):
-                dest = tmp / "python" / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(zf.read(name))
-    return tmp
-
-
 def test_a_tree_becomes_the_patch_that_makes_it(tmp_path):
-    tree = _checkout(tmp_path / "sglang", "0.5.17")
+    tree = sglang_checkout(tmp_path / "sglang", "0.5.17")
     _, files = prepare(
         "x", "0.5.17", _patch("0.5.17-revert-31835.patch"), {"kind": "patch"}, wheel_path("0.5.17")
     )
