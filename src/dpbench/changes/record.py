@@ -19,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 from dpbench.changes import ChangeError, diff
 from dpbench.changes.apply import changed_files
 from dpbench.sglang_compat.negotiation import analyse_source
+from dpbench.sglang_compat.provenance import detected_placement
 
 SCHEMA = "dpbench-change-1"
 SCHEDULE_POLICY = "sglang/srt/managers/schedule_policy.py"
@@ -82,16 +83,8 @@ def check_name(name: str) -> None:
 
 
 def static_placement(source: bytes, origin: str) -> dict[str, Any]:
-    found = analyse_source(source.decode("utf-8", "replace"), origin=origin)
-    out = {
-        "label": found.label,
-        "source": "static",
-        "kv_exits_before_negotiation": found.kv_exits_before_negotiation,
-        "chunked_negotiates": found.chunked_negotiates,
-    }
-    if found.reason:
-        out["reason"] = found.reason
-    return out
+    """The run results' ``placement`` block for a changed ``schedule_policy.py``."""
+    return detected_placement(analyse_source(source.decode("utf-8", "replace"), origin=origin))
 
 
 def prepare(
