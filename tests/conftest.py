@@ -26,11 +26,15 @@ SLOWEST_FILES = (
     "test_dashboard_site.py",  # asv builds its environment and runs three releases: ~320
     "test_twin_releases.py",  # ~270
     "test_server_simulated.py",  # ~220
+    # two asv runs over a change and an SGLang-shaped history, its asv env kept: ~210 (2026-12-04;
+    # ~620 building that env)
+    "test_changes_asv.py",
     "test_twin_radix.py",  # ~190
     "test_server_simulated_early.py",  # ~190
     "test_server_production_trace.py",  # one 0.5.16 server on a Mooncake window: ~175
     "test_server_lifecycle.py",  # ~160
     "test_kernels_interpreter.py",  # ~120
+    "test_changes_envs.py",  # ~115 with its change envs built (2026-12-04); ~60 more building them
     "test_foundation_envs.py",  # ~90
     "test_server_two_nodes.py",  # ~75
     "test_twin_capacity.py",  # ~60

@@ -39,6 +39,26 @@ def _ok(cmd: list[str], cwd: Path, timeout: int) -> str:
     return proc.stdout
 
 
+def _placement_codes(tmp: Path, config: Path, shas: dict[str, str]) -> dict[str, float]:
+    """asv machine, run (the placement tier over ``shas``' commits) and publish; the placement
+    code asv recorded for each name."""
+    hashes = tmp / "commits.hashes"
+    hashes.write_text("\n".join(shas.values()) + "\n")
+    asv = [PY, "-m", "asv"]
+    _ok([*asv, "machine", "--yes", "--machine", MACHINE, "--config", str(config)], tmp, 120)
+    _ok([*asv, "run", "--config", str(config), "--bench", r"^placement\.", "--launch-method",
+         "spawn", "--machine", MACHINE, "--show-stderr", f"HASHFILE:{hashes}"],
+        tmp, 1500)  # fmt: skip
+    _ok([*asv, "publish", "--config", str(config)], tmp, 300)
+    codes = {}
+    for name, sha in shas.items():
+        (path,) = (tmp / "results" / MACHINE).glob(f"{sha[:8]}-*.json")
+        data = json.loads(path.read_text())
+        at = data["result_columns"].index("result")
+        codes[name] = data["results"]["placement.Placement.track_placement_code"][at][0]
+    return codes
+
+
 def test_asv_runs_a_change_like_a_release(tmp_path):
     history = tmp_path / "history"
     built = dict(releases.build(repo=history))
@@ -46,22 +66,8 @@ def test_asv_runs_a_change_like_a_release(tmp_path):
          "--patch", str(REVERT), "--history", str(history), "--no-env"], tmp_path, 300)  # fmt: skip
     change = _ok(["git", "-C", str(history), "rev-parse", "revert-31835"], tmp_path, 30).strip()
     config = asv_releases_config(tmp_path, history, env_dir=str(ASV_ENV))
-    hashes = tmp_path / "commits.hashes"
-    hashes.write_text(f"{built['0.5.17']}\n{change}\n")
-    asv = [PY, "-m", "asv"]
-    _ok([*asv, "machine", "--yes", "--machine", MACHINE, "--config", str(config)], tmp_path, 120)
-    _ok([*asv, "run", "--config", str(config), "--bench", r"^placement\.", "--launch-method",
-         "spawn", "--machine", MACHINE, "--show-stderr", f"HASHFILE:{hashes}"],
-        tmp_path, 1500)  # fmt: skip
-    _ok([*asv, "publish", "--config", str(config)], tmp_path, 300)
-
-    codes = {}
-    for sha in (built["0.5.17"], change):
-        (path,) = (tmp_path / "results" / MACHINE).glob(f"{sha[:8]}-*.json")
-        data = json.loads(path.read_text())
-        at = data["result_columns"].index("result")
-        codes[sha] = data["results"]["placement.Placement.track_placement_code"][at][0]
-    assert codes == {built["0.5.17"]: 2, change: 1}  # post-kv → early
+    codes = _placement_codes(tmp_path, config, {"0.5.17": built["0.5.17"], "revert": change})
+    assert codes == {"0.5.17": 2, "revert": 1}  # post-kv → early
     run_file = tmp_path / "results" / "runs" / change / "placement" / "placement.json"
     detail = json.loads(run_file.read_text())
     assert detail["sglang"]["change"]["name"] == "revert-31835"
@@ -107,22 +113,8 @@ def test_asv_git_history_path_over_an_sglang_shaped_repository(tmp_path):
         name: _ok(["git", "-C", str(src), "rev-parse", name], tmp_path, 30).strip()
         for name in ("v0.5.16", "v0.5.17", "revert-31835")
     }
-    hashes = tmp_path / "commits.hashes"
-    hashes.write_text("\n".join(shas.values()) + "\n")
-    asv = [PY, "-m", "asv"]
-    _ok([*asv, "machine", "--yes", "--machine", MACHINE, "--config", str(config)], tmp_path, 120)
-    _ok([*asv, "run", "--config", str(config), "--bench", r"^placement\.", "--launch-method",
-         "spawn", "--machine", MACHINE, "--show-stderr", f"HASHFILE:{hashes}"],
-        tmp_path, 1500)  # fmt: skip
-    _ok([*asv, "publish", "--config", str(config)], tmp_path, 300)
-    assert (tmp_path / "html" / "index.html").is_file()
-
-    codes = {}
-    for name, sha in shas.items():
-        (path,) = (tmp_path / "results" / MACHINE).glob(f"{sha[:8]}-*.json")
-        data = json.loads(path.read_text())
-        at = data["result_columns"].index("result")
-        codes[name] = data["results"]["placement.Placement.track_placement_code"][at][0]
+    codes = _placement_codes(tmp_path, config, shas)
+    assert (tmp_path / "html" / "index.html").is_file()  # asv publish
     assert codes == {"v0.5.16": 1, "v0.5.17": 2, "revert-31835": 1}  # early, post-kv, early
 
     from dpbench.dashboard.build import build_site
