@@ -177,6 +177,21 @@ def history_releases(extra: Sequence[str] = ()) -> list[Release]:
     return [*KNOWN_RELEASES, *(describe(v) for v in new)]
 
 
+def partial_repo(repo: Path) -> Path:
+    """An empty git repository beside ``repo`` to build a new one in (``replace_repo`` then
+    swaps it in), so a failed build leaves the old one whole."""
+    tmp = repo.with_name(repo.name + ".partial")
+    subprocess.run(["rm", "-rf", str(tmp)], check=True)
+    tmp.mkdir(parents=True)
+    _git(tmp, "init", "-q", "-b", "main")
+    return tmp
+
+
+def replace_repo(repo: Path, tmp: Path) -> None:
+    subprocess.run(["rm", "-rf", str(repo)], check=True)
+    tmp.rename(repo)
+
+
 def build(extra: Sequence[str] = (), repo: Path | None = None) -> list[tuple[str, str]]:
     """(Re)build the history repository; returns [(version, commit sha)] oldest first.
 
@@ -187,10 +202,7 @@ def build(extra: Sequence[str] = (), repo: Path | None = None) -> list[tuple[str
     """
     releases = history_releases(extra)
     repo = Path(repo or default_repo())
-    tmp = repo.with_name(repo.name + ".partial")
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    tmp.mkdir(parents=True)
-    _git(tmp, "init", "-q", "-b", "main")
+    tmp = partial_repo(repo)
     out = []
     for rel in releases:
         (tmp / "release.json").write_text(json.dumps(rel.tree(), indent=2, sort_keys=True) + "\n")
@@ -212,8 +224,7 @@ def build(extra: Sequence[str] = (), repo: Path | None = None) -> list[tuple[str
         out.append((rel.version, _git(tmp, "rev-parse", "HEAD")))
     # the changes added to the old history, each again on its base (the same hashes)
     changes.replay(changes.list_changes(repo), tmp)
-    subprocess.run(["rm", "-rf", str(repo)], check=True)
-    tmp.rename(repo)
+    replace_repo(repo, tmp)
     return out
 
 

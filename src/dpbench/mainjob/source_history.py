@@ -21,7 +21,13 @@ from pathlib import Path
 from dpbench.changes import diff
 from dpbench.changes.history import StoredChange
 from dpbench.envs.venv import wheel_path
-from dpbench.mainjob.releases import ReleasesError, _git, history_releases
+from dpbench.mainjob.releases import (
+    ReleasesError,
+    _git,
+    history_releases,
+    partial_repo,
+    replace_repo,
+)
 
 IDENT = {"GIT_AUTHOR_NAME": "dpbench sources", "GIT_AUTHOR_EMAIL": "dpbench@localhost"}
 
@@ -107,10 +113,7 @@ def build(
     missing = [c.change.name for c in changes if c.change.base not in wanted]
     if missing:
         raise ReleasesError(f"changes {', '.join(missing)} need their base among the releases")
-    tmp = repo.with_name(repo.name + ".partial")
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    tmp.mkdir(parents=True)
-    _git(tmp, "init", "-q", "-b", "main")
+    tmp = partial_repo(repo)
     out = []
     for rel in rels:
         _release_tree(tmp, wheel_path(rel.version))
@@ -118,6 +121,5 @@ def build(
         out.append((rel.version, _commit(tmp, f"sglang {rel.version} (PyPI sources)", stamp)))
         _git(tmp, "tag", f"v{rel.version}")
     out += [(s.change.name, _change(tmp, s)) for s in changes]
-    subprocess.run(["rm", "-rf", str(repo)], check=True)
-    tmp.rename(repo)
+    replace_repo(repo, tmp)
     return out
