@@ -26,11 +26,15 @@ SLOWEST_FILES = (
     "test_dashboard_site.py",  # asv builds its environment and runs three releases: ~320
     "test_twin_releases.py",  # ~270
     "test_server_simulated.py",  # ~220
+    # two asv runs over a change and an SGLang-shaped history, its asv env kept: ~210 (2026-12-04;
+    # ~620 building that env)
+    "test_changes_asv.py",
     "test_twin_radix.py",  # ~190
     "test_server_simulated_early.py",  # ~190
     "test_server_production_trace.py",  # one 0.5.16 server on a Mooncake window: ~175
     "test_server_lifecycle.py",  # ~160
     "test_kernels_interpreter.py",  # ~120
+    "test_changes_envs.py",  # ~115 with its change envs built (2026-12-04); ~60 more building them
     "test_foundation_envs.py",  # ~90
     "test_server_two_nodes.py",  # ~75
     "test_twin_capacity.py",  # ~60
@@ -91,3 +95,19 @@ def asv_releases_config(tmp: Path, history: Path, **overrides: str) -> Path:
     path = tmp / "asv.json"
     path.write_text(json.dumps(conf, indent=2))
     return path
+
+
+def sglang_checkout(root: Path, version: str) -> Path:
+    """An SGLang-shaped checkout at ``root``: ``python/sglang`` holding ``version``'s package
+    sources, taken from its real wheel."""
+    import zipfile
+
+    from dpbench.envs.venv import wheel_path
+
+    with zipfile.ZipFile(wheel_path(version)) as zf:
+        for name in zf.namelist():
+            if name.startswith("sglang/") and not name.endswith("/"):
+                dest = root / "python" / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(zf.read(name))
+    return root

@@ -22,6 +22,15 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "dpbench.server": ("dpbench.dashboard",),
     "dpbench.workload": ("dpbench.dashboard", "dpbench.mainjob", "dpbench.twin", "dpbench.server"),
     "dpbench.metrics": ("dpbench.dashboard", "dpbench.mainjob", "dpbench.twin", "dpbench.server"),
+    # a change is a record and a patch: no environment, tier or job behind it
+    "dpbench.changes": (
+        "dpbench.dashboard",
+        "dpbench.mainjob",
+        "dpbench.envs",
+        "dpbench.twin",
+        "dpbench.server",
+        "dpbench.placement",
+    ),
 }
 # packages that import nothing of dpbench outside themselves (plus what is listed)
 LEAVES: dict[str, tuple[str, ...]] = {

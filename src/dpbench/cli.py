@@ -25,6 +25,7 @@ from dpbench.core.cli_help import Typer
 # in the order `dpbench --help` lists them
 COMMANDS: dict[str, tuple[str, str]] = {
     "releases": ("dpbench.mainjob.releases_cli", "releases_command"),
+    "source-history": ("dpbench.mainjob.releases_cli", "source_history_command"),
     "bench": ("dpbench.mainjob.job", "bench_command"),
     "asv-config": ("dpbench.mainjob.asvconf", "asv_config_command"),
     "compare": ("dpbench.dashboard.compare_cli", "compare_command"),
@@ -35,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kernels": ("dpbench.kernels.cli", "app"),
     "server": ("dpbench.server.cli", "app"),
     "dashboard": ("dpbench.dashboard.cli", "app"),
+    "change": ("dpbench.mainjob.changes_cli", "app"),
 }
 
 

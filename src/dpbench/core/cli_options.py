@@ -20,7 +20,7 @@ ArmsOpt = Annotated[
     typer.Option(
         "--sglang",
         metavar="ARM",
-        help="an arm: a release (0.5.16), optionally with modes after ':', e.g. 0.5.17:ablation "
+        help="an arm: a release (0.5.16) or a change (dpbench change list), optionally with modes after ':', e.g. 0.5.17:ablation "
         "(add_chunked_req without the delayer), no-radix, no-overlap, no-chunk-reset, physical, "
         "conservativeness=X, batch-is-full=always|if_admitted_or_running, "
         "finished-filter=every_pass|at_decode, or any 'dpbench twin run' option as NAME=VALUE "

@@ -27,6 +27,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("DPBENCH_CACHE", project_root() / ".cache")).resolve()
 
 
+def history_dir() -> Path:
+    """The local git history of SGLang releases and changes asv runs over: $DPBENCH_HISTORY,
+    else .cache/sglang-releases."""
+    env = os.environ.get("DPBENCH_HISTORY")
+    return Path(env).resolve() if env else cache_dir() / "sglang-releases"
+
+
 def workloads_dir() -> Path:
     return project_root() / "workloads"
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpbench.changes.history import BRANCH_PREFIX
 from dpbench.core import results as run_results
 
 ASV_RESULTS_API = 2  # asv 0.6's results/<machine>/<commit>-<env>.json (result_columns)
@@ -319,7 +320,9 @@ def read_history(repo: Path | None) -> list[dict[str, str]]:
     """[{commit, date, subject, branch}] of a git repository's checked-out branch, oldest first.
 
     Works for the release history `dpbench releases` builds and for an SGLang clone; a
-    missing repository gives [] (the dashboard then orders commits by asv's dates).
+    missing repository gives [] (the dashboard then orders commits by asv's dates). The
+    history's changes (branches ``change/NAME``, tagged NAME) come in date order, each just
+    after its base.
     """
     if repo is None or not (Path(repo) / ".git").exists():
         return []
@@ -337,15 +340,26 @@ def read_history(repo: Path | None) -> list[dict[str, str]]:
     for line in git("tag", "--format=%(objectname) %(*objectname) %(refname:short)").splitlines():
         obj, peeled, name = [*line.split(" "), "", ""][:3]
         tags.setdefault(peeled or obj, []).append(name)
+    # changes (dpbench.changes): a commit on branch change/NAME, dated just after its base
+    on_change = {
+        sha: ref
+        for sha, ref in (
+            ln.split(" ", 1)
+            for ln in git("for-each-ref", "--format=%(objectname) %(refname:short)", BRANCH_PREFIX)
+            .strip()
+            .splitlines()
+        )
+    }
     rows = []
-    for line in git("log", "--reverse", "--format=%H%x09%cI%x09%s").splitlines():
+    log = git("log", "--reverse", "--date-order", "--format=%H%x09%cI%x09%s", "HEAD", *on_change)
+    for line in log.splitlines():
         sha, date, subject = line.split("\t", 2)
         rows.append(
             {
                 "commit": sha,
                 "date": date,
                 "subject": subject,
-                "branch": branch,
+                "branch": on_change.get(sha, branch),
                 "tags": sorted(tags.get(sha, [])),
             }
         )

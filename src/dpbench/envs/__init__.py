@@ -14,11 +14,16 @@ the project root in its own process group, reaped on timeout / error / Ctrl-C;
 ``on_line`` streams stdout lines. ``release_python(version)`` and ``child_env()`` are
 for the one caller that must own the process itself (a server launched with its own
 lifetime management).
+
+A change (:mod:`dpbench.changes`) runs the same way, named instead of a version
+(``run_in_env("revert-31835", …)``): :mod:`.resolve` maps the name to the environment
+:mod:`.change_env` builds from its base's.
 """
 
 from dpbench.envs.pins import TORCH_PAIR, cpu_requirements
+from dpbench.envs.resolve import ensure_env
 from dpbench.envs.run import child_env, release_python, run_in_env
-from dpbench.envs.venv import ReleaseEnv, ensure_env
+from dpbench.envs.venv import ReleaseEnv
 
 __all__ = [
     "TORCH_PAIR",

@@ -111,7 +111,12 @@ def wheel_requirements(wheel: Path) -> list[Requirement]:
 
 def cpu_requirements(wheel: Path) -> list[str]:
     """Requirement strings for the CPU tiers: each CPU import, with the release's own specifier."""
-    pinned = {canonicalize_name(r.name): r for r in wheel_requirements(wheel)}
+    return cpu_requirements_for(wheel_requirements(wheel))
+
+
+def cpu_requirements_for(requirements: list[Requirement]) -> list[str]:
+    """Each CPU import, with the specifier ``requirements`` (a wheel's or a pyproject's) give it."""
+    pinned = {canonicalize_name(r.name): r for r in requirements}
     out: list[str] = []
     for name in CPU_IMPORTS:
         key = canonicalize_name(name)

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dpbench.core.paths import project_root
-from dpbench.envs.venv import ensure_env
+from dpbench.envs.resolve import ensure_env
 
 
 def release_python(version: str) -> Path:
-    """The interpreter of SGLang ``version``'s environment (built on first use)."""
+    """The interpreter of SGLang ``version``'s environment, or a change's (built on first use)."""
     return ensure_env(version).python
 
 

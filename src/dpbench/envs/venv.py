@@ -15,7 +15,12 @@ from pathlib import Path
 
 from dpbench.core.atomic import write_json
 from dpbench.core.paths import cache_dir, project_root
-from dpbench.envs.pins import TORCH_PAIR, cpu_requirements, server_requirements
+from dpbench.envs.pins import (
+    TORCH_PAIR,
+    cpu_requirements,
+    cpu_requirements_for,
+    server_requirements,
+)
 
 # Bump when what an environment holds changes, so stale environments are rebuilt.
 ENV_LAYOUT_VERSION = 3
@@ -172,6 +177,40 @@ def install_release(
     compile_bytecode(python, site)
     info["bytecode"] = True
     return info
+
+
+def source_requirements(build_dir: Path) -> tuple[str | None, list[str]]:
+    """(version, the CPU tiers' requirement strings) of an SGLang source tree's pyproject.toml."""
+    import tomllib
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((build_dir / "pyproject.toml").read_text()).get("project", {})
+    env = default_environment()
+    env["extra"] = ""
+    reqs = [Requirement(r) for r in project.get("dependencies", [])]
+    held = [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
+    return project.get("version"), cpu_requirements_for(held)
+
+
+def install_source(python: str | Path, build_dir: Path) -> dict:
+    """Install an SGLang source tree (a checkout's ``python/``) into ``python``'s env the CPU way:
+    the CPU imports pinned as its pyproject pins them, SGLang itself ``--no-deps``, the shared
+    torch. What a GPU runner's config adds: SGLang's full (CUDA) dependency list."""
+    version, reqs = source_requirements(build_dir)
+    base = torch_base()
+    site = _site_packages(python)
+    (site / "_dpbench_torch_base.pth").write_text(f"{base}\n")
+    _pip(python, *reqs)
+    _pip(python, "--no-deps", "--no-build-isolation", "--force-reinstall", str(build_dir))
+    compile_bytecode(python, site)
+    return {
+        "sglang": version,
+        "source": str(build_dir),
+        "requirements": reqs,
+        "torch_base": str(base),
+    }
 
 
 def install_server_extras(python: str | Path, version: str) -> dict:

@@ -9,6 +9,13 @@ import typer
 from dpbench.core.atomic import write_json
 from dpbench.core.paths import project_root
 
+# A commit's python/ folder installed as the CPU tiers need it (dpbench.envs.install on a
+# source tree): what asv.conf.json's GPU-runner install adds is SGLang's CUDA dependencies.
+CPU_INSTALL = [
+    "in-dir={env_dir} python -m pip install -q -e {conf_dir}",
+    "in-dir={env_dir} python -m dpbench.envs.install {build_dir} --no-server",
+]
+
 
 def asv_config_command(
     repo: str = typer.Option(
@@ -22,6 +29,12 @@ def asv_config_command(
     ),
     branch: list[str] = typer.Option(
         None, metavar="BRANCH", help="branches to follow (default: the base's)"
+    ),
+    cpu: bool = typer.Option(
+        False,
+        "--cpu",
+        help="install each commit the CPU way (the CPU tiers' imports pinned as its pyproject "
+        "pins them, SGLang --no-deps), not with its full CUDA dependency list",
     ),
 ) -> None:
     """Write an asv config for another SGLang repository.
@@ -43,6 +56,8 @@ def asv_config_command(
             )
         repo = str(local.resolve())
     conf["repo"] = repo
+    if cpu:
+        conf["install_command"] = CPU_INSTALL
     if branch:
         conf["branches"] = list(branch)
     write_json(out, conf)

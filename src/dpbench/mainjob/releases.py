@@ -28,7 +28,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from dpbench.core.paths import cache_dir
+from dpbench.changes import history as changes
+from dpbench.core.paths import history_dir
 from dpbench.envs.venv import wheel_path
 
 
@@ -123,7 +124,7 @@ KNOWN_VERSIONS: tuple[str, ...] = tuple(r.version for r in KNOWN_RELEASES)
 
 
 def default_repo() -> Path:
-    return cache_dir() / "sglang-releases"
+    return history_dir()
 
 
 def _parse_versions(versions: Sequence[str]) -> list[str]:
@@ -176,19 +177,32 @@ def history_releases(extra: Sequence[str] = ()) -> list[Release]:
     return [*KNOWN_RELEASES, *(describe(v) for v in new)]
 
 
+def partial_repo(repo: Path) -> Path:
+    """An empty git repository beside ``repo`` to build a new one in (``replace_repo`` then
+    swaps it in), so a failed build leaves the old one whole."""
+    tmp = repo.with_name(repo.name + ".partial")
+    subprocess.run(["rm", "-rf", str(tmp)], check=True)
+    tmp.mkdir(parents=True)
+    _git(tmp, "init", "-q", "-b", "main")
+    return tmp
+
+
+def replace_repo(repo: Path, tmp: Path) -> None:
+    subprocess.run(["rm", "-rf", str(repo)], check=True)
+    tmp.rename(repo)
+
+
 def build(extra: Sequence[str] = (), repo: Path | None = None) -> list[tuple[str, str]]:
     """(Re)build the history repository; returns [(version, commit sha)] oldest first.
 
     The history holds every known release plus any newer one in ``extra``; rebuilding
     gives the same commit hashes (fixed author, dates from the wheels, fixed order), so
-    asv results stay attached to their commits.
+    asv results stay attached to their commits. Changes added to the old history
+    (:mod:`dpbench.changes`) are carried over, each with the same hash.
     """
     releases = history_releases(extra)
     repo = Path(repo or default_repo())
-    tmp = repo.with_name(repo.name + ".partial")
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
-    tmp.mkdir(parents=True)
-    _git(tmp, "init", "-q", "-b", "main")
+    tmp = partial_repo(repo)
     out = []
     for rel in releases:
         (tmp / "release.json").write_text(json.dumps(rel.tree(), indent=2, sort_keys=True) + "\n")
@@ -208,8 +222,9 @@ def build(extra: Sequence[str] = (), repo: Path | None = None) -> list[tuple[str
         _git(tmp, "commit", "-q", "--no-gpg-sign", "-m", f"sglang {rel.version}", env=ident)
         _git(tmp, "tag", f"v{rel.version}")
         out.append((rel.version, _git(tmp, "rev-parse", "HEAD")))
-    subprocess.run(["rm", "-rf", str(repo)], check=True)
-    tmp.rename(repo)
+    # the changes added to the old history, each again on its base (the same hashes)
+    changes.replay(changes.list_changes(repo), tmp)
+    replace_repo(repo, tmp)
     return out
 
 

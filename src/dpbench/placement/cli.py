@@ -23,8 +23,8 @@ def show(
         list[str] | None,
         typer.Option(
             "--sglang",
-            help="SGLang release(s) to probe, each in its own environment (repeatable; "
-            "default: every known release)",
+            help="SGLang release(s) or change(s) (dpbench change list) to probe, each in its "
+            "own environment (repeatable; default: every known release)",
         ),
     ] = None,
     as_json: Annotated[

@@ -14,6 +14,13 @@ def _metric(result: dict[str, Any], name: str) -> str:
     return "—" if m is None else f"{m['value']:g}"
 
 
+def release(result: dict[str, Any]) -> str:
+    """``0.5.17``, or ``0.5.17+revert-31835`` for a change laid over it."""
+    s = result["sglang"]
+    change = s.get("change")
+    return f"{s.get('version')}+{change['name']}" if change else str(s.get("version"))
+
+
 def summary(results: Sequence[dict[str, Any]]) -> Table:
     """One row per release: labels and the tier's metrics."""
     table = Table(title="PrefillDelayer negotiation placement (tier: placement)")
@@ -32,7 +39,7 @@ def summary(results: Sequence[dict[str, Any]]) -> Table:
     for r in results:
         p = r.get("placement") or {}
         table.add_row(
-            str(r["sglang"].get("version")),
+            release(r),
             str(r["sglang"].get("generation")),
             str(p.get("label")),
             str((p.get("static") or {}).get("label")),
@@ -49,7 +56,7 @@ def summary(results: Sequence[dict[str, Any]]) -> Table:
 
 def cases(result: dict[str, Any]) -> Table:
     """One row per behavioural case: verdict given, what SGLang told the delayer, the outcome."""
-    table = Table(title=f"SGLang {result['sglang'].get('version')}: what the delayer was told")
+    table = Table(title=f"SGLang {release(result)}: what the delayer was told")
     for col in (
         "case",
         "verdict",

@@ -16,7 +16,7 @@ from typing import Any
 
 from dpbench.core.paths import cache_dir, workloads_dir
 from dpbench.core.procs import free_port_with
-from dpbench.envs.venv import ensure_server_env
+from dpbench.envs.resolve import ensure_env
 from dpbench.server.client import GenerateRequest
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
 from dpbench.server.errors import ServerRunError
@@ -212,8 +212,9 @@ def schedule_for(spec: Any, trace: list[Any], time_scale: float = 1.0) -> Schedu
 
 
 def release_python(version: str) -> str:
-    """The interpreter of SGLang ``version``'s release environment, with the server tier's extras."""
-    return str(ensure_server_env(version).python)
+    """The interpreter of SGLang ``version``'s release environment (or a change's: dpbench change
+    list), with the server tier's extras."""
+    return str(ensure_env(version, server=True).python)
 
 
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:

@@ -360,6 +360,23 @@ def installed_version() -> str | None:
         return None
 
 
+# Written into the package by dpbench.changes.apply when a change is laid over a release.
+CHANGE_MARKER = "_dpbench_change.json"
+
+
+def installed_change() -> dict[str, Any] | None:
+    """The change laid over the installed SGLang (name, base, patch sha256, files), read from
+    its marker file (SGLang is not imported); None for a release as shipped."""
+    spec = importlib.util.find_spec("sglang")
+    for where in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(f"{where}/{CHANGE_MARKER}") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            continue
+    return None
+
+
 def installed_commit() -> str | None:
     """The git commit SGLang was built from: its ``_version.py`` (read, not imported), else
     pip's direct_url.json for git installs, else None.

@@ -31,6 +31,7 @@ from typing import Any
 from dpbench.sglang_compat.detect import (
     COMPONENTS,
     detect,
+    installed_change,
     installed_commit,
     installed_version,
 )
@@ -54,13 +55,17 @@ def detected_placement(found: StaticPlacement | None = None) -> dict[str, Any]:
 
 def sglang_block(generation: Generation | None, components: Iterable[str]) -> dict[str, Any]:
     comps = tuple(components)
-    return {
+    out = {
         "version": installed_version(),
         "commit": installed_commit(),
         "generation": None if generation is None else generation.name,
         "generation_compared": list(comps),
         "variants": {} if generation is None else dict(generation.variants),
     }
+    change = installed_change()
+    if change is not None:
+        out["change"] = change
+    return out
 
 
 def provenance(

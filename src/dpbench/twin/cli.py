@@ -168,7 +168,7 @@ def run(
     sglang: Annotated[
         str | None,
         typer.Option(
-            help=f"SGLang release to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"
+            help=f"SGLang release, or a change (dpbench change list), to run in its environment (default: the installed one, else {DEFAULT_SGLANG})"
         ),
     ] = None,
     output: OutputOpt = None,
