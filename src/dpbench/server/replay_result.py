@@ -76,7 +76,9 @@ def replay_result(
         metrics.update(srv.as_metrics())
         extra["server_metrics"] = asdict(srv)
     metrics["server_startup_s"] = Metric(run.ready_s, "s", "lower")
-    if prep.kv_plan:  # beside kv_utilization_max: the utilization the plan expected at its peak
+    # beside kv_utilization_max: the utilization the plan expected at its peak (a run stored
+    # before plans reported it has none)
+    if prep.kv_plan and "planned_peak_util" in prep.kv_plan:
         metrics["kv_utilization_planned"] = Metric(
             prep.kv_plan["planned_peak_util"], "fraction", "none"
         )
@@ -175,7 +177,8 @@ def _finish(
     )
     if prep.options.simulate_forward:
         mark_simulated(result, run.executor["cost_model"])
-        result["cost"] = run.executor["cost"]
+        if "cost" in run.executor:  # a run stored before cost profiles has no cost block
+            result["cost"] = run.executor["cost"]
     # whether this run measured SGLang or this machine (stated limits; a broken one says which)
     result["extra"]["instrument_health"] = check(result).as_dict()
     for line in result["extra"]["instrument_health"]["broken"]:

@@ -5,10 +5,13 @@ the repository root with this checkout's sources first on the path:
 
     PYTHONPATH=$PWD/src .venv/bin/python tests/data/identity/make_reference.py twin placement
     PYTHONPATH=$PWD/src .venv/bin/python tests/data/identity/make_reference.py server
+    PYTHONPATH=$PWD/src .venv/bin/python tests/data/identity/make_reference.py rederive
 
 ``twin`` and ``placement`` are deterministic: run again on the same code they write the same
 files. ``server`` starts a real simulated-forward SGLang server (minutes of CPU, run nothing
 else heavy beside it) and keeps what that one run measured: a new run measures anew.
+``rederive`` keeps the stored run's measurements and writes the result this code derives
+from them (a deliberate change to what a run reports, with nothing re-measured).
 The first reference was written by the code at commit 3c9d8de.
 """
 
@@ -123,8 +126,22 @@ def write_server() -> None:
     print(f"server: {len(got['replay']['request_ids'])} requests kept in {dest}")
 
 
+def rederive_server() -> None:
+    import test_identity
+
+    measured = ident.read_json(ident.DATA / "server" / "measured.json.gz")
+    result = test_identity._json(test_identity._derive_server_result(measured))
+    ident.write_json(ident.DATA / "server" / "result.json", result)
+    print(f"server: result.json derived again from {len(measured['replay']['request_ids'])} requests")
+
+
 if __name__ == "__main__":
-    parts = {"twin": write_twin, "placement": write_placement, "server": write_server}
+    parts = {
+        "twin": write_twin,
+        "placement": write_placement,
+        "server": write_server,
+        "rederive": rederive_server,
+    }
     chosen = sys.argv[1:] or ["twin", "placement"]
     bad = sorted(set(chosen) - set(parts))
     if bad:
