@@ -11,7 +11,7 @@ import pytest
 
 from dpbench.mainjob import plan as mainplan
 
-# run by hand, never by the default plan (README, "make bench"): GPU-only tiers skip without
+# run by hand, never by the default plan (docs/mainjob.md): GPU-only tiers skip without
 # GPUs anyway; the workload and dashboard benchmarks time dpbench itself on one commit; the
 # delayer-off server control and the DP-8 trace replay are on demand.
 BY_HAND = {

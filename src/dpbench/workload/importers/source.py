@@ -150,7 +150,7 @@ def file_sha256(path: Path) -> str:
 
 
 # The production traces' copies under ../shared/traces/ ($DPBENCH_TRACES), which tests, CI and
-# the benchmarks read (not shipped: see the README, "Production traces").
+# the benchmarks read (not shipped: see docs/workloads.md, "Production traces").
 SHARED_TRACE_FILES = {
     "mooncake": "mooncake-fast25/conversation_trace.jsonl",
     "azure": "azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
