@@ -439,7 +439,7 @@ def bench_command(
         None, "--site", metavar="DIR", help="where the dashboard goes (default: dashboard/site)"
     ),
 ) -> None:
-    """The main job: asv over SGLang releases, then the dashboard.
+    """The main job: asv over releases, then the dashboard.
 
     It runs the CPU tiers under asv for each release, then builds asv's site and the
     dashboard."""
