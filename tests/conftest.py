@@ -25,6 +25,7 @@ SLOWEST_FILES = (
     "test_server_routing_replays.py",  # one 0.5.23 server, three Mooncake-window replays: ~400
     "test_dashboard_site.py",  # asv builds its environment and runs three releases: ~320
     "test_twin_releases.py",  # ~270
+    "test_identity.py",  # ten twin runs against the reference: ~200-290 (2026-12-04)
     "test_server_simulated.py",  # ~220
     # two asv runs over a change and an SGLang-shaped history, its asv env kept: ~210 (2026-12-04;
     # ~620 building that env)

@@ -55,10 +55,22 @@ PLACEMENT_RELEASES = ("0.5.16", "0.5.17")
 
 
 def stable(result: dict[str, Any], wall_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A run result without what real time sets (when it ran, how long, on what machine)."""
+    """A run result without what real time sets (when it ran, how long, on what machine), with
+    the checkout's own path written as ``<root>`` (a fresh clone lies elsewhere)."""
     out = {k: v for k, v in result.items() if k not in VOLATILE_KEYS}
     out["metrics"] = {k: v for k, v in result["metrics"].items() if k not in wall_metrics}
-    return out
+    return rooted(out)
+
+
+def rooted(value: Any, root: str = str(Path(__file__).resolve().parents[1])) -> Any:
+    """``value`` with this checkout's path written as ``<root>``, in every string."""
+    if isinstance(value, str):
+        return value.replace(root, "<root>")
+    if isinstance(value, dict):
+        return {k: rooted(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rooted(v, root) for v in value]
+    return value
 
 
 def run_twin(case: dict[str, Any], tmp: Path) -> dict[str, Any]:

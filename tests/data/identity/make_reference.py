@@ -130,9 +130,11 @@ def rederive_server() -> None:
     import test_identity
 
     measured = ident.read_json(ident.DATA / "server" / "measured.json.gz")
-    result = test_identity._json(test_identity._derive_server_result(measured))
+    result = ident.rooted(test_identity._json(test_identity._derive_server_result(measured)))
     ident.write_json(ident.DATA / "server" / "result.json", result)
-    print(f"server: result.json derived again from {len(measured['replay']['request_ids'])} requests")
+    print(
+        f"server: result.json derived again from {len(measured['replay']['request_ids'])} requests"
+    )
 
 
 if __name__ == "__main__":
