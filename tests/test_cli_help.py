@@ -64,9 +64,8 @@ def test_every_help_screen_reads_at_80_columns():
         for line in text.splitlines():
             if len(line) > 80:
                 problems.append(f"{where}: a line over 80 columns: {line!r}")
-            usage = line.startswith("Usage:")
-            # "..." repeats an argument in a usage line; anywhere else it is a cut summary
-            if "..." in re.sub(r"(\]|[A-Z_]+)\.\.\.", "", line) or ("..." in line and not usage):
+            # "..." nowhere, usage lines included (click's own marks a repeated argument so)
+            if "..." in line:
                 problems.append(f"{where}: cut text: {line.strip()!r}")
             for pattern, what in PYTHON_IN_HELP:
                 if re.search(pattern, line):
@@ -99,7 +98,8 @@ def test_usage_names_arguments_and_choices():
     text = _help(["twin", "run"])
     assert "--dispatch {round_robin|shortest_queue|cache_aware}" in text
     assert "--idle-pass-s SECONDS" in text and "--dp N" in text
-    assert "Usage: dpbench bench [OPTIONS] [VERSIONS]..." in _help(["bench"])
+    assert "Usage: dpbench bench [OPTIONS] [VERSIONS]\n" in _help(["bench"])
+    assert "Usage: dpbench twin [OPTIONS] COMMAND [ARGS]\n" in _help(["twin"])
 
 
 def test_a_subcommand_whose_module_fails_to_import_fails_help_loudly(tmp_path, monkeypatch):

@@ -100,7 +100,7 @@ class Command(TyperCommand):
             if param.param_type_name == "argument":
                 name = param.metavar or (param.name or "").upper()
                 name = name if param.required else f"[{name}]"
-                pieces.append(name + ("..." if param.nargs != 1 else ""))
+                pieces.append(name)  # a repeated argument's help says so; no "..." at all
         return pieces
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
@@ -126,6 +126,7 @@ class Typer(typer.Typer):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("rich_markup_mode", None)
         kwargs.setdefault("no_args_is_help", True)
+        kwargs.setdefault("subcommand_metavar", "COMMAND [ARGS]")  # click's own ends in "..."
         super().__init__(**kwargs)
 
     def command(self, name: str | None = None, *, cls: Any = None, **kwargs: Any) -> Any:
