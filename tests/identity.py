@@ -62,14 +62,23 @@ def stable(result: dict[str, Any], wall_metrics: tuple[str, ...] = ()) -> dict[s
     return rooted(out)
 
 
-def rooted(value: Any, root: str = str(Path(__file__).resolve().parents[1])) -> Any:
-    """``value`` with this checkout's path written as ``<root>``, in every string."""
+ROOT = str(Path(__file__).resolve().parents[1])
+# what a stored server run's result takes from the checkout it is derived in (the spec, its
+# model config, the copied step records); its commands and processes are the run's own
+SOURCE_FOLDERS = tuple(f"{ROOT}/{d}" for d in ("workloads", "tests", "src"))
+
+
+def rooted(value: Any, prefixes: tuple[str, ...] = (ROOT,)) -> Any:
+    """``value`` with each of ``prefixes`` (this checkout's path, or some of its folders)
+    written from ``<root>``, in every string."""
     if isinstance(value, str):
-        return value.replace(root, "<root>")
+        for p in prefixes:
+            value = value.replace(p, "<root>" + p[len(ROOT) :])
+        return value
     if isinstance(value, dict):
-        return {k: rooted(v, root) for k, v in value.items()}
+        return {k: rooted(v, prefixes) for k, v in value.items()}
     if isinstance(value, list):
-        return [rooted(v, root) for v in value]
+        return [rooted(v, prefixes) for v in value]
     return value
 
 

@@ -466,7 +466,9 @@ def run(
 
 def run_on_one_server(inps: list[Inputs], *, out_dir: Path | None = None) -> list[dict[str, Any]]:
     """:func:`run` for several settings that need the same server and differ only on the
-    client's side (``dispatch``, ``repeats``): their repeats run as flushed replays against
+    client's side (``dispatch``, ``repeats``), with the same server command (a cache-aware
+    setting plans its KV pool as the client routes, so it may need its own server; refused
+    then, naming both pools): their repeats run as flushed replays against
     one SGLang start-up, in the order given, then each setting gets its own report (as
     :func:`run` writes it). A start-up costs as much as a replay on two cores."""
     from dpbench.server.run import execute_replays, prepare, release_python
@@ -496,6 +498,12 @@ def run_on_one_server(inps: list[Inputs], *, out_dir: Path | None = None) -> lis
         else prepare(dataclasses.replace(server_options(inp, log_dir), port=server.config.port))
         for inp in inps
     ]  # fmt: skip
+    for inp, prep in zip(inps, preps, strict=True):
+        if prep.command != server.command:  # cache-aware runs plan their pool as the client routes
+            raise ValueError(
+                f"{run_stem(inp)} and {run_stem(first)} need different servers: their commands "
+                f"differ (KV pool {_pool(prep)} vs {_pool(server)} tokens per rank)"
+            )
     clients = [prep for inp, prep in zip(inps, preps, strict=True) for _ in range(inp.repeats)]
     runs = execute_replays(server, len(clients), clients=clients)
     reports, at = [], 0
@@ -511,6 +519,10 @@ def run_on_one_server(inps: list[Inputs], *, out_dir: Path | None = None) -> lis
             _report(inp, out_dir, python, twin, t_twin, t0, paths, servers, shared_with=others)
         )
     return reports
+
+
+def _pool(prep: Any) -> Any:
+    return (prep.kv_plan or {}).get("max_total_tokens_per_rank", "unplanned")
 
 
 def report_runs(

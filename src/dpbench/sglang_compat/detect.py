@@ -36,7 +36,12 @@ from dpbench.sglang_compat.generations import (
     generation_for,
     generations,
 )
-from dpbench.sglang_compat.source import max_prefill_bs_decay, scheduler_source, version_file_commit
+from dpbench.sglang_compat.source import (
+    max_prefill_bs_decay,
+    scheduler_source,
+    sglang_package_dir,
+    version_file_commit,
+)
 
 __all__ = [
     "ADDER_KEYWORDS",
@@ -367,14 +372,11 @@ CHANGE_MARKER = "_dpbench_change.json"
 def installed_change() -> dict[str, Any] | None:
     """The change laid over the installed SGLang (name, base, patch sha256, files), read from
     its marker file (SGLang is not imported); None for a release as shipped."""
-    spec = importlib.util.find_spec("sglang")
-    for where in (spec.submodule_search_locations or []) if spec else []:
-        try:
-            with open(f"{where}/{CHANGE_MARKER}") as fh:
-                return json.load(fh)
-        except FileNotFoundError:
-            continue
-    return None
+    try:  # a bare package module (the kernel tier's kernel-modules-only import) has no spec
+        marker = sglang_package_dir() / CHANGE_MARKER
+    except FileNotFoundError:
+        return None
+    return json.loads(marker.read_text()) if marker.is_file() else None
 
 
 def installed_commit() -> str | None:

@@ -130,7 +130,8 @@ def rederive_server() -> None:
     import test_identity
 
     measured = ident.read_json(ident.DATA / "server" / "measured.json.gz")
-    result = ident.rooted(test_identity._json(test_identity._derive_server_result(measured)))
+    derived = test_identity._json(test_identity._derive_server_result(measured))
+    result = ident.rooted(derived, ident.SOURCE_FOLDERS)
     ident.write_json(ident.DATA / "server" / "result.json", result)
     print(
         f"server: result.json derived again from {len(measured['replay']['request_ids'])} requests"
