@@ -15,13 +15,13 @@ raise for a failed request, they record what failed in ``error_kind``.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import aiohttp
 
+from dpbench.server.loadclock import CURRENT
 from dpbench.sglang_compat.server import ROUTED_DP_RANK_FIELD
 
 try:  # 3-5x faster on the cumulative chunks; optional
@@ -84,7 +84,7 @@ class RequestOutcome:
 
     id: str
     input_tokens: int
-    start_s: float = 0.0  # time.perf_counter() just before the POST
+    start_s: float = 0.0  # the load clock's time just before the POST (perf_counter or virtual)
     ok: bool = False
     error_kind: str | None = None  # one of ERROR_KINDS when not ok
     error: str = ""
@@ -166,7 +166,8 @@ async def sglang_generate(
     body = _dumps(request.payload())
     tokens = 0
     saw_done = False
-    clock = time.perf_counter
+    load_clock = CURRENT.get()
+    clock = load_clock.now
     out.start_s = st = clock()
     last = st
     try:
@@ -203,6 +204,7 @@ async def sglang_generate(
                         out.error = "event without meta_info.completion_tokens or output_ids"
                     continue
                 if n > tokens:
+                    load_clock.tokens(n - tokens)
                     if tokens == 0:
                         out.ttft_s = now - st
                         if n > 1:  # several tokens in the first chunk: spread like later chunks

@@ -32,6 +32,7 @@ from dpbench.server.health import (
     waits_by_process,
 )
 from dpbench.server.launcher import ServerProcess
+from dpbench.server.loadclock import WallClock
 from dpbench.server.loadgen import LoadResult
 from dpbench.server.metrics import Snapshot, scrape
 from dpbench.sglang_compat.server import flush_cache
@@ -133,12 +134,13 @@ class Measured:
     """One load against the running server, as measured around it."""
 
     load: LoadResult
-    t_load: float  # monotonic, just before the load started
-    t_end: float  # monotonic, when it ended
+    t_load: float  # the load clock's time just before the load started (monotonic or virtual)
+    t_end: float  # and when it ended
     before: Snapshot  # the server's counters before the load
     after: Snapshot | None  # and after it (None: a process died, nothing to scrape)
     proc: ProcReadings
     died: str | None  # the server processes that died during the load
+    wall_end: float | None = None  # monotonic, when it ended (None: as t_end, a wall clock)
 
 
 @dataclass
@@ -153,18 +155,25 @@ class LiveServer:
         """Empty SGLang's caches (radix cache, KV pool, request slots); raises RuntimeError."""
         flush_cache(self.base_url)
 
-    def measure(self, load: Callable[[], LoadResult]) -> Measured:
-        """Run ``load`` with the server's counters scraped and ``/proc`` read around it."""
+    def measure(self, load: Callable[[], LoadResult], clock: WallClock | None = None) -> Measured:
+        """Run ``load`` with the server's counters scraped and ``/proc`` read around it;
+        ``t_load``/``t_end`` on the load's clock (monotonic, or the virtual clock's)."""
+        clock = clock or WallClock()
         before = scrape(self.base_url)
-        t_load = time.monotonic()
+        t_load = clock.begin()
+        wall0 = time.monotonic()
         probe = ProcProbe(self.process.pgid)
-        with RankWatch(self.process) as watch:
-            result = load()
-        t_end = time.monotonic()
+        try:
+            with RankWatch(self.process) as watch:
+                result = load()
+        finally:
+            t_end = clock.end()
         probe.stop()
         after = scrape(self.base_url) if watch.died is None else None
-        readings = probe.readings(t_end - t_load)
-        return Measured(result, t_load, t_end, before, after, readings, watch.died)
+        readings = probe.readings(time.monotonic() - wall0)
+        return Measured(
+            result, t_load, t_end, before, after, readings, watch.died, wall_end=time.monotonic()
+        )
 
 
 @contextmanager

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ from dpbench.server.client import (
     make_session,
     sglang_generate,
 )
+from dpbench.server.loadclock import CURRENT, WallClock
 
 T = TypeVar("T")
 
@@ -115,7 +115,7 @@ class LoadResult:
     schedule_kind: str
     send_lateness_s: list[float]  # open loop: actual send minus planned send
     loop_lag: LoopLag
-    t0: float  # perf_counter at the start of the run
+    t0: float  # the load clock's time at the start of the run (perf_counter, or virtual)
 
 
 def run_load(coro: Coroutine[Any, Any, T]) -> T:
@@ -137,12 +137,21 @@ async def drive(
     request_func: RequestFunc = sglang_generate,
     on_done: Callable[[RequestOutcome], None] | None = None,
     read_timeout_s: float | None = None,
+    clock: WallClock | None = None,
 ) -> LoadResult:
     """Send ``requests`` per ``schedule`` over one shared session; return every outcome in request order.
 
-    ``read_timeout_s``: how long a request may go without a byte (default: bench_serving's 6 h)."""
+    ``read_timeout_s``: how long a request may go without a byte (default: bench_serving's 6 h).
+    ``clock``: the load's clock (:mod:`dpbench.server.loadclock`; default the wall clock)."""
     if schedule.offsets_s is not None and len(schedule.offsets_s) != len(requests):
         raise ScheduleError(f"{len(requests)} requests but {len(schedule.offsets_s)} arrival times")
+    clock = clock or WallClock()
+    if clock.virtual and schedule.offsets_s is None:
+        raise ScheduleError(
+            "the virtual clock replays arrival times (open loop); a closed-loop schedule runs "
+            "on the wall clock"
+        )
+    CURRENT.set(clock)
     own_session = session is None
     session = session or make_session(
         **({} if read_timeout_s is None else {"read_timeout_s": read_timeout_s})
@@ -153,7 +162,6 @@ async def drive(
     lag = LoopLag()
     stop = asyncio.Event()
     monitor = asyncio.create_task(_monitor_lag(lag, stop))
-    loop = asyncio.get_running_loop()
 
     async def one(i: int) -> None:
         out = await request_func(session, base_url, requests[i])
@@ -168,16 +176,15 @@ async def drive(
     gc.freeze()
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    t0 = time.perf_counter()
+    t0 = clock.now()
     try:
         if schedule.offsets_s is not None:
-            start = loop.time()
+            due = [t0 + float(off) for off in schedule.offsets_s]
             tasks = []
-            for i, off in enumerate(schedule.offsets_s):
-                delay = start + float(off) - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                lateness.append(max(0.0, loop.time() - (start + float(off))))
+            for i, t in enumerate(due):
+                await clock.sleep_until(t)
+                lateness.append(max(0.0, clock.now() - t))
+                clock.sending(due[i + 1] if i + 1 < len(due) else None)
                 tasks.append(asyncio.create_task(one(i)))
             await asyncio.gather(*tasks)
         else:
@@ -202,7 +209,7 @@ async def drive(
         await monitor
         if own_session:
             await session.close()
-    duration = time.perf_counter() - t0
+    duration = clock.now() - t0
     return LoadResult(
         outcomes=[o for o in outcomes if o is not None],
         duration_s=duration,

@@ -18,6 +18,11 @@ from dpbench.twin.profiles import COST_PROFILES, DEFAULT_PROFILE, CostProfile
 # round_robin: SGLang's DP controller; cache_aware: the load client routes (SGLang's router)
 ServerDispatch = Literal["round_robin", "cache_aware"]
 DISPATCHES: tuple[str, ...] = get_args(ServerDispatch)
+# real: the simulated device's time passes on the wall clock; virtual: a shared clock jumps it
+ServerClock = Literal["real", "virtual"]
+CLOCKS: tuple[str, ...] = get_args(ServerClock)
+DeviceSync = Literal["own", "group"]
+DEVICE_SYNCS: tuple[str, ...] = get_args(DeviceSync)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +148,29 @@ class RunOptions:
             "flag": "--serial-forward",
         },
     )
+    clock: ServerClock = field(
+        default="real",
+        metadata={
+            "help": "simulated forward: real (the device's time passes on the wall clock) or "
+            "virtual (a shared clock jumps over it when nothing else can happen; times reported "
+            "are virtual)"
+        },
+    )
+    device_sync: DeviceSync | None = field(
+        default=None,
+        metadata={
+            "help": "simulated forward: a rank's results are ready at its own forward's end "
+            "(own) or the step's last rank's (group: a DP forward's collectives); None: own "
+            "on the real clock, group on the virtual one (which needs it)"
+        },
+    )
+    pass_charge_ms: float = field(
+        default=0.0,
+        metadata={
+            "help": "virtual clock: milliseconds charged for the scheduler's own work before "
+            "each forward it launches (0: its CPU work takes no virtual time)"
+        },
+    )
     sglang: str | None = field(
         default=None,
         metadata={
@@ -194,5 +222,36 @@ class RunOptions:
             )
         if self.serial_forward and not self.simulate_forward:
             raise RunOptionsError("--serial-forward needs --simulate-forward")
+        self._check_clock()
         if self.dispatch not in DISPATCHES:
             raise RunOptionsError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
+
+    def _check_clock(self) -> None:
+        if self.clock not in CLOCKS:
+            raise RunOptionsError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        if self.device_sync is not None and self.device_sync not in DEVICE_SYNCS:
+            raise RunOptionsError(
+                f"device_sync must be one of {DEVICE_SYNCS}, got {self.device_sync!r}"
+            )
+        if self.clock == "real":
+            if self.pass_charge_ms:
+                raise RunOptionsError("--pass-charge-ms needs --clock virtual")
+            return
+        if not self.simulate_forward or self.serial_forward or self.nnodes != 1:
+            raise RunOptionsError(
+                "--clock virtual needs --simulate-forward on one node, without --serial-forward"
+            )
+        if self.device_sync == "own":
+            raise RunOptionsError(
+                "--clock virtual needs --device-sync group: a rank blocked in a collective "
+                "must never wait on a rank whose device ends later"
+            )
+        if not 0 <= self.pass_charge_ms < 10_000:
+            raise RunOptionsError(
+                f"pass_charge_ms must be in [0, 10000), got {self.pass_charge_ms}"
+            )
+
+    @property
+    def sync(self) -> str:
+        """The device sync in effect: as given, else own on the real clock, group on the virtual."""
+        return self.device_sync or ("group" if self.clock == "virtual" else "own")

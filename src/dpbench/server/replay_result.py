@@ -73,7 +73,7 @@ def replay_result(
         extra["trace_import"] = prep.trace_import
     if m.after is not None and m.before is not None:
         srv = server_metrics(m.before, m.after)
-        metrics.update(srv.as_metrics())
+        metrics.update(_on_this_clock(srv.as_metrics(), run.executor, notes))
         extra["server_metrics"] = asdict(srv)
     metrics["server_startup_s"] = Metric(run.ready_s, "s", "lower")
     # beside kv_utilization_max: the utilization the plan expected at its peak (a run stored
@@ -93,6 +93,24 @@ def replay_result(
         extra["incomplete"] = f"server process died during the run: {m.died}"
         notes.append(extra["incomplete"])
     return _finish(prep, run, metrics, extra, notes, wall_s)
+
+
+# SGLang's own metrics that it times on the wall clock (absent from a virtual-clock run's
+# metrics: they would mix wall seconds into virtual ones; kept raw in extra.server_metrics)
+WALL_TIMED = ("prefill_delayer_wait_seconds_mean", "prefill_delayer_wait_pass_ms")
+
+
+def _on_this_clock(
+    metrics: dict[str, Metric], executor: dict[str, Any], notes: list[str]
+) -> dict[str, Metric]:
+    if executor.get("clock") != "virtual":
+        return metrics
+    dropped = [k for k in WALL_TIMED if k in metrics]
+    if dropped:
+        notes.append(
+            f"virtual clock: {', '.join(dropped)} left out (SGLang times them on the wall clock)"
+        )
+    return {k: v for k, v in metrics.items() if k not in WALL_TIMED}
 
 
 def _extra(prep: Prepared, rep: Replay, run: RunContext) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from dpbench.core.paths import results_dir
 from dpbench.server.client import RequestOutcome
 from dpbench.server.errors import RunIncomplete, RunOptionsError, ServerRunError
 from dpbench.server.launcher import check_gpus
-from dpbench.server.lifetime import LiveServer, running_server
+from dpbench.server.lifetime import LiveServer, Measured, running_server
+from dpbench.server.loadclock import VirtualLoadClock, WallClock
 from dpbench.server.loadgen import drive, run_load
 from dpbench.server.options import DISPATCHES, RunOptions, ServerDispatch
 from dpbench.server.prepare import Prepared, prepare, release_python
@@ -100,6 +101,11 @@ def execute_replays(
     provenance = provenance_of(prep.python)
     sim = sim_launch(prep, log) if prep.options.simulate_forward else None
     done: list[Replay] = []
+    clock = (
+        WallClock()
+        if sim is None or sim.clock_file is None
+        else VirtualLoadClock(sim.clock_file, prep.config.dp_size)
+    )
     with running_server(
         prep.command,
         port=prep.config.port,
@@ -108,7 +114,7 @@ def execute_replays(
         startup_deadline_s=prep.options.startup_deadline_s,
     ) as server:
         for k, client in enumerate(preps):
-            done.append(_replay(server, prep, client, k, len(preps), on_done))
+            done.append(_replay(server, prep, client, k, len(preps), on_done, clock))
             if done[-1].measured.died is not None:
                 break
     run = RunContext(
@@ -172,6 +178,7 @@ def _replay(
     k: int,
     replays: int,
     on_done: OnDone | None,
+    clock: WallClock,
 ) -> Replay:
     """Replay ``client``'s trace once (after the first, on flushed caches) and measure it."""
     if k:
@@ -196,11 +203,17 @@ def _replay(
                 on_done=on_done,
                 request_func=request_func,
                 read_timeout_s=prep.options.client_read_timeout_s,
+                clock=clock,
             )
-        )
+        ),
+        clock,
     )
     routed = getattr(request_func, "decisions", None)
     return Replay(index=k, suffix=suffix, requests=requests, routed=routed, measured=measured)
+
+
+def _wall_end(m: Measured) -> float:
+    return m.t_end if m.wall_end is None else m.wall_end
 
 
 def _results(
@@ -211,10 +224,10 @@ def _results(
     results = []
     for i, rep in enumerate(done):
         until = done[i + 1].measured.t_load if i + 1 < len(done) else None
-        started = t0 if i == 0 else done[i - 1].measured.t_end
+        started = t0 if i == 0 else _wall_end(done[i - 1].measured)
         results.append(
             replay_result(
-                preps[rep.index], rep, run, until=until, wall_s=rep.measured.t_end - started
+                preps[rep.index], rep, run, until=until, wall_s=_wall_end(rep.measured) - started
             )
         )
     if done[-1].measured.died is not None:

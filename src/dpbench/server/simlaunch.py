@@ -18,6 +18,7 @@ from dpbench.core import faults
 from dpbench.server import simcost
 from dpbench.server.errors import ServerRunError
 from dpbench.sglang_compat.simforward import SimForwardConfig, server_env
+from dpbench.sglang_compat.simforward.vclock import VirtualClock
 
 if TYPE_CHECKING:  # prepare imports this module (SIM_SERVER_MODEL): names for types only
     from dpbench.server.options import RunOptions
@@ -35,6 +36,7 @@ class SimLaunch:
 
     env: dict[str, str]  # installs the stand-in in every SGLang process of this node
     executor: dict[str, Any]  # the results' ``extra.executor``
+    clock_file: Path | None  # the virtual clock's file (None: the real clock)
 
 
 def step_dir(opts: RunOptions, run_dir: Path) -> Path:
@@ -66,11 +68,21 @@ def sim_launch(prep: Prepared, log: Path) -> SimLaunch:
         time_scale=opts.time_scale,
         virtual_device=not opts.serial_forward,
         dp_size=cfg.dp_size,
+        clock=opts.clock,
+        device_sync=opts.sync,
+        pass_charge_s=opts.pass_charge_ms / 1e3,
     )
     path = conf.write(run_dir / "simforward.json")
+    if opts.clock == "virtual":  # created before any process maps it
+        records.mkdir(parents=True, exist_ok=True)
+        VirtualClock(conf.clock_file, cfg.dp_size, create=True).close()
     local = cfg.dp_size // cfg.nnodes
     env = server_env(path, dp_size=local, first_rank=cfg.node_rank * local)
-    return SimLaunch(env=env, executor=_executor(opts, simcost.describe(**cost_args)))
+    return SimLaunch(
+        env=env,
+        executor=_executor(opts, simcost.describe(**cost_args)),
+        clock_file=conf.clock_file if opts.clock == "virtual" else None,
+    )
 
 
 def sim_launch_env(prep: Prepared, log: Path) -> dict[str, str]:
@@ -85,6 +97,9 @@ def _executor(opts: RunOptions, described: dict[str, Any]) -> dict[str, Any]:
         "cost_model_description": described["description"],
         "cost": described["cost"],
         "time_scale": opts.time_scale,
+        "clock": opts.clock,
+        "device_sync": opts.sync,
+        "pass_charge_ms": opts.pass_charge_ms,
         "forward_timing": "slept on the scheduler thread"
         if opts.serial_forward
         else "virtual device (launch returns; results wait for the device)",

@@ -41,12 +41,50 @@ class SimForwardConfig:
     token_id: int = field(
         default=1000, metadata={"help": "the token every request generates (not EOS: runs to max)"}
     )
+    clock: str = field(
+        default="real",
+        metadata={
+            "help": "real: the device's time passes on the wall clock; virtual: one shared clock "
+            "(vclock.py) that jumps over the device's time when nothing else can happen"
+        },
+    )
+    device_sync: str = field(
+        default="own",
+        metadata={
+            "help": "own: a rank's results are ready when its own forward ends; group: when the "
+            "step's last rank ends (a DP-attention forward's collectives; virtual needs it)"
+        },
+    )
+    pass_charge_s: float = field(
+        default=0.0,
+        metadata={
+            "help": "virtual clock: seconds charged for the scheduler's own work before each "
+            "forward it launches (0: CPU work takes no time)"
+        },
+    )
+
+    @property
+    def clock_file(self) -> Path:
+        return Path(self.record_dir) / "virtual-clock.f64"
 
     def __post_init__(self) -> None:
         if not 0 < self.time_scale <= 100:
             raise ValueError(f"time_scale must be in (0, 100], got {self.time_scale}")
         if ":" not in self.cost_factory:
             raise ValueError(f"cost_factory must read 'module:function', got {self.cost_factory!r}")
+        if self.clock not in ("real", "virtual"):
+            raise ValueError(f"clock must be real or virtual, got {self.clock!r}")
+        if self.device_sync not in ("own", "group"):
+            raise ValueError(f"device_sync must be own or group, got {self.device_sync!r}")
+        if self.clock == "virtual" and (self.device_sync != "group" or not self.virtual_device):
+            raise ValueError(
+                "the virtual clock needs device_sync='group' and the virtual device (a rank "
+                "blocked in a collective must never wait on a rank whose device ends later)"
+            )
+        if not 0 <= self.pass_charge_s < 10:
+            raise ValueError(f"pass_charge_s must be in [0, 10) seconds, got {self.pass_charge_s}")
+        if self.pass_charge_s and self.clock != "virtual":
+            raise ValueError("pass_charge_s applies to the virtual clock only")
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)

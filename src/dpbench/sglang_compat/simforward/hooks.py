@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from dpbench.sglang_compat.simforward import standin
+from dpbench.sglang_compat.simforward import standin, vhooks
 
 
 class HookTargetChanged(RuntimeError):
@@ -184,6 +184,37 @@ REGISTRY: tuple[Hook, ...] = (
         "next tokens: one valid non-EOS id per row, so requests decode exactly max_new_tokens",
         standin.sample,
         requires=("logits_output", "forward_batch"),
+    ),
+    Hook(
+        "sglang.srt.managers.data_parallel_controller",
+        "sock_send",
+        "virtual clock: count each request the DP controller dispatches to a rank (the clock "
+        "never passes a request on its way to a scheduler)",
+        vhooks.count_dispatch,
+        requires=("obj",),
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler_components.request_receiver",
+        "SchedulerRequestReceiver.recv_requests",
+        "virtual clock: count what a scheduler takes in, and take in every request already "
+        "dispatched to it",
+        vhooks.drain_receive,
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler_components.request_receiver",
+        "sock_recv",
+        "virtual clock: requests read off a scheduler's socket while it waited on its device "
+        "come first in its next receive",
+        vhooks.held_first,
+        requires=("socket",),
+    ),
+    Hook(
+        "sglang.srt.managers.scheduler_components.output_sender",
+        "SenderWrapper.send_output",
+        "virtual clock: count the output tokens a scheduler sends towards the client (the "
+        "clock never passes a token on its way)",
+        vhooks.count_emitted,
+        requires=("output",),
     ),
     Hook(
         _RUNNER,

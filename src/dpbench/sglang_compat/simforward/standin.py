@@ -42,7 +42,9 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from dpbench.sglang_compat.simforward import vhooks
 from dpbench.sglang_compat.simforward.config import SimForwardConfig
+from dpbench.sglang_compat.simforward.vhooks import now as _now
 
 # How this process's attention-DP rank is read, newest API first (capability, not version).
 _DP_RANK_READERS = (
@@ -59,6 +61,7 @@ _OFF_FLAGS = (
 
 # the attribute of a forward's LogitsProcessorOutput that holds when its device work ends
 READY_ATTR = "_dpbench_ready_at"
+STEP_ATTR = "_dpbench_step"  # and which of the rank's steps it was
 
 
 class StandInError(RuntimeError):
@@ -205,6 +208,7 @@ def controller_waits(original: Any, module: ModuleType) -> Any:
         sock = _need(self, "recv_from_tokenizer", "nothing: the controller waits on it")
         if not isinstance(sock, WaitingSocket):
             self.recv_from_tokenizer = WaitingSocket(sock)
+        vhooks.note_workers(self)
         return original(self, *args, **kwargs)
 
     return event_loop
@@ -231,7 +235,7 @@ class DeviceClock:
         import mmap
 
         self.n, self.rank = dp_size, rank
-        size = 2 * dp_size * 8
+        size = 3 * dp_size * 8  # ends of two steps, then each rank's last published step + 1
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < size:
@@ -250,6 +254,21 @@ class DeviceClock:
 
     def publish(self, step: int, end: float) -> None:
         self._ends[step % 2 * self.n + self.rank] = end
+        self._ends[2 * self.n + self.rank] = step + 1
+
+    def group_end(self, step: int, timeout_s: float = 60.0) -> float:
+        """When step ``step`` ends on the last rank (waits, on the wall clock, until every rank
+        launched it: they all do, as every rank runs every DP-attention step)."""
+        deadline = time.monotonic() + timeout_s
+        while min(self._ends[2 * self.n : 3 * self.n]) < step + 1:
+            if time.monotonic() > deadline:
+                raise StandInError(
+                    f"step {step}: ranks launched up to {list(self._ends[2 * self.n :])} steps "
+                    f"after {timeout_s:.0f} s; the ranks' steps are not in lockstep"
+                )
+            time.sleep(0.0002)
+        base = step % 2 * self.n
+        return max(self._ends[base : base + self.n])
 
 
 class RankState:
@@ -290,8 +309,9 @@ class RankState:
         return total - free, total
 
     def run(self, fb: Any) -> tuple[int, float]:
-        """Time and record one forward; return (rows, monotonic time its results are ready)."""
-        t0 = time.monotonic()
+        """Time and record one forward; return (rows, when its results are ready: the clock's
+        seconds, monotonic or virtual)."""
+        t0 = _now()
         mode = fb.forward_mode
         if mode.is_idle():
             kind = "idle"
@@ -366,13 +386,21 @@ class RankState:
         }
         os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
         self.step += 1
+        vhooks.proc().in_flight += 1
         return bs, end
+
+    def ready_at(self, step: int, own_end: float) -> float:
+        """When a forward's results may be read: its own end, or the step's group end."""
+        if self.config.device_sync == "group" and self.clock is not None:
+            return self.clock.group_end(step)
+        return own_end
 
 
 def _state(runner: Any) -> RankState:
     state = runner.__dict__.get("_dpbench_rank_state")
     if state is None:
         state = runner.__dict__["_dpbench_rank_state"] = RankState(runner)
+        vhooks.proc().rank_state = state
     return state
 
 
@@ -388,9 +416,11 @@ def forward(original: Any, module: ModuleType) -> Any:
     @functools.wraps(original)
     def forward(self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
         state = _state(self)
+        step = state.step
         rows, ready = state.run(forward_batch)
         logits = logits_cls(next_token_logits=state.logits(rows))
         setattr(logits, READY_ATTR, ready)
+        setattr(logits, STEP_ATTR, step)
         return output_cls(logits_output=logits, can_run_graph=False)
 
     return forward
@@ -423,9 +453,7 @@ def log_arrival(original: Any, module: ModuleType) -> Any:
 
     @functools.wraps(original)
     def handle_generate_request(self: Any, recv_req: Any, *args: Any, **kwargs: Any) -> Any:
-        _ARRIVALS.write(
-            {"rid": str(_need(recv_req, "rid", "a request's arrival")), "t": time.monotonic()}
-        )
+        _ARRIVALS.write({"rid": str(_need(recv_req, "rid", "a request's arrival")), "t": _now()})
         return original(self, recv_req, *args, **kwargs)
 
     return handle_generate_request
@@ -541,7 +569,7 @@ def record_pass(original: Any, module: ModuleType) -> Any:
 
     @functools.wraps(original)
     def get_next_batch_to_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        now = time.monotonic()
+        now = _now()
         if started:
             _IDLE_PASSES.write({"t": started[0], "s": now - started.pop()})
         bound = sig.bind(self, *args, **kwargs).arguments
@@ -559,10 +587,14 @@ def record_pass(original: Any, module: ModuleType) -> Any:
         else:
             batch = plan
             running = _need(self, "running_batch", "the running batch a pass leaves")
-        rec["t"], rec["s"] = now, time.monotonic() - now
+        rec["t"], rec["s"] = now, _now() - now
         rec = recorder.after(self, rec, batch, running)
+        busy = rec["kind"] != "none" or rec["waiting_after"] or rec["running_after"]
         if rec["kind"] != "none" or rec["waiting"] or rec["running"] or rec["chunked"]:
             _PASSES.write(rec)
+        vhooks.mark_pass(bool(busy or rec["chunked_after"]), vhooks.proc().in_flight)
+        if batch is not None:
+            vhooks.charge_pass()
         if batch is None and len(self.waiting_queue) > 0:
             started.append(now)
         return plan
@@ -643,12 +675,25 @@ def wait_for_device(original: Any, module: ModuleType) -> Any:
                 f"{READY_ATTR}): the virtual device cannot say when it finished"
             )
         if ready is not None:
-            delay = ready - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            _wait_ready(self, logits, ready)
         return original(self, batch, result, *args, **kwargs)
 
     return process_batch_result
+
+
+def _wait_ready(sched: Any, logits: Any, own_end: float) -> None:
+    """Wait until the forward's results may be read: on the virtual clock (jumping it), or by
+    sleeping on the wall clock; its own end, or the step's group end (``device_sync``)."""
+    p = vhooks.proc()
+    p.in_flight -= 1
+    state = p.rank_state
+    ready = own_end if state is None else state.ready_at(getattr(logits, STEP_ATTR), own_end)
+    if p.clock is not None:
+        vhooks.wait_device(ready)
+        return
+    delay = ready - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def sample(original: Any, module: ModuleType) -> Any:
