@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from dpbench.sglang_compat.simforward import standin, vhooks
+from dpbench.sglang_compat.simforward import lazypool, standin, vhooks
 
 
 class HookTargetChanged(RuntimeError):
@@ -50,6 +50,7 @@ class Hook:
 
 
 _RUNNER = "sglang.srt.model_executor.model_runner"
+_POOLS = "sglang.srt.mem_cache.memory_pool"
 
 REGISTRY: tuple[Hook, ...] = (
     Hook(
@@ -78,6 +79,21 @@ REGISTRY: tuple[Hook, ...] = (
         "ModelRunner.load_model",
         "no weights: a bare module, zero weight bytes; the KV pool is sized by --max-total-tokens",
         standin.load_model,
+    ),
+    Hook(
+        _POOLS,
+        "MLATokenToKVPool._create_buffers",
+        "the forward never reads or writes the KV pool: its buffers are zeros the OS backs only "
+        "once written, not a zero-fill that keeps every page resident",
+        lazypool.lazy_buffers,
+    ),
+    Hook(
+        _POOLS,
+        "ReqToTokenPool.__init__",
+        "req_to_token (request slots × context length) is lazily backed too: only the rows "
+        "requests use get pages",
+        lazypool.lazy_buffers,
+        requires=("size", "max_context_len", "device"),
     ),
     Hook(
         _RUNNER,
