@@ -22,7 +22,8 @@ def twin_job(
 def run_twin_jobs(env: Any, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run results of ``jobs`` (:func:`twin_job`), run in one process of ``env``."""
     paths = [
-        _write(job["spec"], job["out"], job["requests"], job["seed"], job["options"]) for job in jobs
+        _write(job["spec"], job["out"], job["requests"], job["seed"], job["options"])
+        for job in jobs
     ]
     where = jobs[0]["out"].parent / f"{jobs[0]['out'].stem}.batch"
     where.mkdir()
