@@ -22,19 +22,22 @@ TEST_RELEASES = ("0.5.16", "0.5.17", "0.5.23")
 # its default, most tests first, started these one- and two-test files last, so the
 # Mooncake-window servers ran alone at the end of the run); here they go first.
 SLOWEST_FILES = (
-    "test_server_routing_replays.py",  # one 0.5.23 server, three Mooncake-window replays: ~400
+    # two 0.5.23 servers, three Mooncake-window replays: 638 of set-up on the fresh clone at 51193b2
+    "test_server_routing_replays.py",
+    # two asv runs over a change and an SGLang-shaped history: 585 on the fresh clone at 51193b2,
+    # building its asv env (~210 with the env kept, 2026-12-04); the second longest there
+    "test_changes_asv.py",
     "test_dashboard_site.py",  # asv builds its environment and runs three releases: ~320
     "test_twin_releases.py",  # ~270
-    "test_identity.py",  # ten twin runs against the reference: ~200-290 (2026-12-04)
     "test_server_simulated.py",  # ~220
-    # two asv runs over a change and an SGLang-shaped history, its asv env kept: ~210 (2026-12-04;
-    # ~620 building that env)
-    "test_changes_asv.py",
     "test_twin_radix.py",  # ~190
     "test_server_simulated_early.py",  # ~190
     "test_server_production_trace.py",  # one 0.5.16 server on a Mooncake window: ~175
     "test_server_lifecycle.py",  # ~160
     "test_kernels_interpreter.py",  # ~120
+    # ten twin runs against the reference, one process a release: ~50 alone on an idle machine
+    # (2026-12-04; ~200-290 in the suite when each run was a process of its own)
+    "test_identity.py",
     "test_changes_envs.py",  # ~115 with its change envs built (2026-12-04); ~60 more building them
     "test_foundation_envs.py",  # ~90
     "test_server_two_nodes.py",  # ~75

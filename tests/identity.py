@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -82,24 +83,51 @@ def rooted(value: Any, prefixes: tuple[str, ...] = (ROOT,)) -> Any:
     return value
 
 
-def run_twin(case: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    """The twin on ``case`` in its release environment: its stable result and progress events."""
+def run_twins(cases: dict[str, dict[str, Any]], tmp: Path) -> dict[str, dict[str, Any]]:
+    """The twin on each of ``cases`` in its release environment: each case's stable result and
+    progress events. A release's cases run one after another in one process of its
+    environment (``tests/twin_batch.py``), each through ``dpbench.twin.run``'s own ``main``."""
     from dpbench.envs import run_in_env
     from dpbench.twin.config import TwinInputs, make_config
     from dpbench.twin.job import write_job
 
-    out = tmp / "twin.json"
-    job = write_job(
-        tmp / "twin.job.json", SPEC, make_config(**case["options"]), TwinInputs(seed=case["seed"])
-    )
-    proc = run_in_env(case["version"], "dpbench.twin.run", [str(job), "-o", str(out), "--events"])
-    if proc.returncode != 0:
-        raise RuntimeError(f"twin {case} failed: {proc.stderr[-3000:]}")
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return {
-        "result": stable(json.loads(out.read_text()), TWIN_WALL_METRICS),
-        "progress": [e for e in events if e["event"] == "progress"],
-    }
+    tests = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    out: dict[str, dict[str, Any]] = {}
+    for version in sorted({c["version"] for c in cases.values()}):
+        names = [n for n, c in cases.items() if c["version"] == version]
+        where = tmp / f"twin-{version}"
+        where.mkdir(parents=True)
+        jobs = [
+            str(
+                write_job(
+                    where / f"{i}.job.json",
+                    SPEC,
+                    make_config(**cases[n]["options"]),
+                    TwinInputs(seed=cases[n]["seed"]),
+                )
+            )
+            for i, n in enumerate(names)
+        ]
+        proc = run_in_env(
+            version, "twin_batch", [str(where), *jobs], timeout=1800, env={"PYTHONPATH": path}
+        )
+        for i, name in enumerate(names):
+            status = where / f"{i}.status"
+            if not status.exists() or status.read_text().strip() != "0":
+                raise RuntimeError(f"twin {name} failed: {proc.stderr[-3000:]}")
+            lines = (where / f"{i}.events").read_text().splitlines()
+            events = [json.loads(line) for line in lines if line.startswith("{")]
+            out[name] = {
+                "result": stable(json.loads((where / f"{i}.json").read_text()), TWIN_WALL_METRICS),
+                "progress": [e for e in events if e["event"] == "progress"],
+            }
+    return out
+
+
+def run_twin(case: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """The twin on one ``case`` (:func:`run_twins`)."""
+    return run_twins({"case": case}, tmp)["case"]
 
 
 def run_placement(version: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from twinjob import run_twin_job
+from twinjob import run_twin_job, run_twin_jobs, twin_job
 
 from dpbench.core import results
 from dpbench.core.paths import cache_dir, project_root
@@ -151,18 +151,21 @@ def test_the_ablation_arm_is_the_no_chunked_negotiation_patch(on_history, tmp_pa
     source change agree on every simulated metric, seed for seed."""
     from dpbench.envs import ensure_env
 
-    for seed in (0, 1):
-        arm = run_twin_job(
-            ensure_env("0.5.17"), SPEC, tmp_path / f"arm{seed}.json", requests=60, seed=seed,
-            hide_delayer_from_chunked_req=True,
-        )  # fmt: skip
-        patched = run_twin_job(
-            ensure_env("no-chunked-negotiation"), SPEC, tmp_path / f"p{seed}.json", requests=60,
-            seed=seed,
-        )  # fmt: skip
+    seeds = (0, 1)
+    arms = run_twin_jobs(ensure_env("0.5.17"), [
+        twin_job(SPEC, tmp_path / f"arm{seed}.json", requests=60, seed=seed,
+                 hide_delayer_from_chunked_req=True)
+        for seed in seeds
+    ])  # fmt: skip
+    patched = run_twin_jobs(ensure_env("no-chunked-negotiation"), [
+        twin_job(SPEC, tmp_path / f"p{seed}.json", requests=60, seed=seed) for seed in seeds
+    ])  # fmt: skip
+    for arm, patch in zip(arms, patched, strict=True):  # seed for seed
         sim = {k: v for k, v in arm["metrics"].items() if k not in WALL_METRICS}
-        assert sim == {k: v for k, v in patched["metrics"].items() if k not in WALL_METRICS}
+        assert sim == {k: v for k, v in patch["metrics"].items() if k not in WALL_METRICS}
         assert value(arm, "dp_mixed_step_fraction") > 0
+    assert [a["extra"]["config"]["seed"] for a in arms] == list(seeds)
+    assert [p["extra"]["config"]["seed"] for p in patched] == list(seeds)
 
 
 def test_a_change_whose_scheduler_does_not_import(on_history, tmp_path):

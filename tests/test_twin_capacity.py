@@ -8,7 +8,7 @@ import math
 import subprocess
 
 import pytest
-from twinjob import run_twin_job
+from twinjob import run_twin_jobs, twin_job
 
 from dpbench.metrics.latency import RequestLatency, Slo, latency_metrics
 from dpbench.twin.capacity import search
@@ -98,8 +98,11 @@ def test_summary_pairs_seeds_and_counts_those_out_of_range():
 def test_a_faster_rate_queues_more_and_the_search_runs_on_the_real_twin(release_env, tmp_path):
     env = release_env("0.5.23")
     spec = "agentic-multiturn-small"
-    slow = run_twin_job(env, spec, tmp_path / "slow.json", rate_scale=0.5)
-    fast = run_twin_job(env, spec, tmp_path / "fast.json", rate_scale=8.0)
+    slow, fast = run_twin_jobs(env, [
+        twin_job(spec, tmp_path / "slow.json", rate_scale=0.5),
+        twin_job(spec, tmp_path / "fast.json", rate_scale=8.0),
+    ])  # fmt: skip
+    assert slow["extra"]["twin_config"]["rate_scale"] == 0.5
     ms, mf = ({k: v["value"] for k, v in r["metrics"].items()} for r in (slow, fast))
     assert fast["extra"]["twin_config"]["rate_scale"] == 8.0
     # 16× the offered rate: the same requests arrive 16× sooner and wait longer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
@@ -60,7 +60,7 @@ _SHOWN = (
 )
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     console().print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
@@ -102,8 +102,6 @@ def run(
     It scrapes /metrics, then stops the server. The run result records every option except
     --output and --dry-run."""
     from dpbench.envs.venv import EnvError
-    from dpbench.server.launcher import ServerStartError
-    from dpbench.server.run import RunIncomplete
 
     try:
         prep = prepare(opts)
@@ -115,9 +113,20 @@ def run(
         con.print(f"note: {note}")
     if dry_run:
         return
-    n = len(prep.requests)
+    result = _execute_with_progress(prep, output)
+    results.save(output, result)
+    con.print(_run_table(prep, opts, result))
+    con.print(f"wrote {output}")
+
+
+def _execute_with_progress(prep: Any, output: Path) -> dict[str, Any]:
+    """The run result, with a bar counting finished requests; on a run that stopped early its
+    partial result is saved to ``output`` and the command fails, as on a failed start."""
+    from dpbench.server.launcher import ServerStartError
+    from dpbench.server.run import RunIncomplete
+
     with progress() as bar:
-        task = bar.add_task("starting server", total=n)
+        task = bar.add_task("starting server", total=len(prep.requests))
         t_start = [0.0]
         done = [0]
 
@@ -129,13 +138,16 @@ def run(
             bar.update(task, advance=1, description=f"requests ({rate:.1f}/s)")
 
         try:
-            result = execute(prep, on_done=on_done)
+            return execute(prep, on_done=on_done)
         except RunIncomplete as exc:
             results.save(output, exc.result)
             _fail(f"{exc} (partial result: {output})")
         except (ServerStartError, ServerRunError) as exc:
             _fail(_first_line_and_log(exc))
-    results.save(output, result)
+
+
+def _run_table(prep: Any, opts: RunOptions, result: dict[str, Any]) -> Table:
+    """The shown metrics of a run, titled with its setting and executor."""
     executor = result["extra"].get("executor", {})
     kind = (
         f"simulated forward, cost model {executor.get('cost_model')}, time scale {executor.get('time_scale')}"
@@ -153,8 +165,7 @@ def run(
         m = result["metrics"].get(name)
         if m is not None:
             table.add_row(name, f"{m['value']:.4g}", m["unit"])
-    con.print(table)
-    con.print(f"wrote {output}")
+    return table
 
 
 @app.command()
@@ -241,19 +252,36 @@ def client_bench(
     )
     env = {"PYTHONPATH": extra_pythonpath} if extra_pythonpath else None
     if sglang_python is None:
-        from dpbench.envs.venv import env_path
-
-        built = env_path(BENCH_SERVING_RELEASE) / "bin" / "python"
-        if built.exists():
-            sglang_python = str(built)
-        else:
-            console().print(
-                f"[yellow]bench_serving not run: no SGLang interpreter; pass --sglang-python or build "
-                f"one with `dpbench env create {BENCH_SERVING_RELEASE}`[/]"
-            )
+        sglang_python = _bench_serving_python()
     res = compare(cfg, sglang_python=sglang_python, extra_env=env, repeats=repeats)
+    console().print(_client_bench_table(res, cfg, first_token_delay_ms, itl_ms))
+    if output:
+        write_json(output, res)
+    else:
+        print(json.dumps(res, indent=2))
+
+
+def _bench_serving_python() -> str | None:
+    """The release environment's interpreter whose bench_serving is compared by default; None,
+    said on the terminal, when it is not built."""
+    from dpbench.envs.venv import env_path
+
+    built = env_path(BENCH_SERVING_RELEASE) / "bin" / "python"
+    if built.exists():
+        return str(built)
+    console().print(
+        f"[yellow]bench_serving not run: no SGLang interpreter; pass --sglang-python or build "
+        f"one with `dpbench env create {BENCH_SERVING_RELEASE}`[/]"
+    )
+    return None
+
+
+def _client_bench_table(
+    res: dict[str, Any], cfg: Any, first_token_delay_ms: float, itl_ms: float
+) -> Table:
+    """One row per client and round: its rate, TTFT errors and the double's lateness."""
     table = Table(
-        title=f"{concurrency} concurrent streams, {requests} requests, first token {first_token_delay_ms:g} ms, "
+        title=f"{cfg.concurrency} concurrent streams, {cfg.num_requests} requests, first token {first_token_delay_ms:g} ms, "
         f"ITL {itl_ms:g} ms (ideal {res['ideal_request_rate_per_s']:.1f} req/s)"
     )
     cols = (
@@ -271,11 +299,7 @@ def client_bench(
         table.add_column(c, justify="right")
     for row in res["clients"]:
         table.add_row(row["client"], str(row["round"]), *(f"{row[c]:.4g}" for c in cols))
-    console().print(table)
-    if output:
-        write_json(output, res)
-    else:
-        print(json.dumps(res, indent=2))
+    return table
 
 
 def _fidelity_diff(row: dict[str, Any], key: str, rel_key: str) -> str:

@@ -184,20 +184,11 @@ def capacity(
     Capacity is the highest offered rate (× the spec's) whose SLO attainment holds. A bisection
     over the twin finds it for each release and seed; releases are paired by seed."""
     from dpbench.core.atomic import write_json
-    from dpbench.core.progress import console, progress
-    from dpbench.twin.arms import run_arms
+    from dpbench.core.progress import console
 
     err = console()
     check_arms(sglang)
-    problems = [
-        (not 0 < attainment <= 1, "--attainment", f"must be in (0, 1], got {attainment}"),
-        (not 0 < lo < hi, "--lo/--hi", f"need 0 < lo < hi, got {lo} and {hi}"),
-        (steps < 0, "--steps", f"must be ≥ 0, got {steps}"),
-        (seeds < 1, "--seeds", f"must be ≥ 1, got {seeds}"),
-    ]
-    for bad, hint, why in problems:
-        if bad:
-            raise typer.BadParameter(why, param_hint=hint)
+    _check_search(attainment, lo, hi, steps, seeds)
     dps, chunks = dp or [4], chunked_prefill_size or [8192]
     job = {
         "spec": spec,
@@ -211,11 +202,46 @@ def capacity(
         "steps": steps,
         "config": {"slo_ttft_ms": slo.ttft_ms, "slo_tpot_ms": slo.tpot_ms},
     }
-    per_arm = len(dps) * len(chunks) * seeds * (steps + 2)
     t0 = time.perf_counter()
+    arms = _search_arms(job, sglang, jobs, timeout)
+    wall = time.perf_counter() - t0
+    rows = summarise(arms)
+    title, columns, cells = capacity_table(rows, sglang, attainment, slo)
+    fit(Console(), columns, cells, title=title, group=2, label=2)
+    _print_curves(arms, err)
+    err.print(
+        f"{len(sglang)} arms × {len(dps) * len(chunks)} settings × {seeds} seeds in {wall:.0f} s"
+    )
+    if output is not None:
+        write_json(output, {"spec": spec, "arms": arms, "rows": rows, "wall_s": wall})
+        err.print(f"saved {output}")
+
+
+def _check_search(attainment: float, lo: float, hi: float, steps: int, seeds: int) -> None:
+    """A BadParameter naming the first search option out of its range."""
+    problems = [
+        (not 0 < attainment <= 1, "--attainment", f"must be in (0, 1], got {attainment}"),
+        (not 0 < lo < hi, "--lo/--hi", f"need 0 < lo < hi, got {lo} and {hi}"),
+        (steps < 0, "--steps", f"must be ≥ 0, got {steps}"),
+        (seeds < 1, "--seeds", f"must be ≥ 1, got {seeds}"),
+    ]
+    for bad, hint, why in problems:
+        if bad:
+            raise typer.BadParameter(why, param_hint=hint)
+
+
+def _search_arms(
+    job: dict[str, Any], sglang: list[str], jobs: int, timeout: float
+) -> dict[str, dict[str, Any]]:
+    """Each arm's capacity search (``jobs`` arms at a time), a progress bar per arm."""
+    from dpbench.core.progress import progress
+    from dpbench.twin.arms import run_arms
+
+    settings = len(job["dps"]) * len(job["chunks"]) * len(job["seeds"])
+    per_arm = settings * (job["steps"] + 2)
     with tempfile.TemporaryDirectory() as tmp, progress() as bar:
-        tasks = {a: bar.add_task(f"capacity {spec} · {a}", total=per_arm) for a in sglang}
-        arms = run_arms(
+        tasks = {a: bar.add_task(f"capacity {job['spec']} · {a}", total=per_arm) for a in sglang}
+        return run_arms(
             sglang,
             jobs,
             lambda i, a: _arm(
@@ -227,20 +253,14 @@ def capacity(
             ),
             "capacity search",
         )
-    wall = time.perf_counter() - t0
-    rows = summarise(arms)
-    title, columns, cells = capacity_table(rows, sglang, attainment, slo)
-    fit(Console(), columns, cells, title=title, group=2, label=2)
-    for a, res in arms.items():  # the curve each search walked: rate → attainment
+
+
+def _print_curves(arms: dict[str, dict[str, Any]], err: Any) -> None:
+    """The curve each search walked: rate → attainment, one line per arm, setting and seed."""
+    for a, res in arms.items():
         for r in res["rows"]:
             pts = ", ".join(
                 f"×{p['rate_scale']:.3g}: {p['slo_attainment']:.1%}"
                 for p in sorted(r["points"], key=lambda p: p["rate_scale"])
             )
             err.print(f"{a} dp {r['dp']} chunk {r['chunked_prefill_size']} seed {r['seed']}: {pts}")
-    err.print(
-        f"{len(sglang)} arms × {len(dps) * len(chunks)} settings × {seeds} seeds in {wall:.0f} s"
-    )
-    if output is not None:
-        write_json(output, {"spec": spec, "arms": arms, "rows": rows, "wall_s": wall})
-        err.print(f"saved {output}")

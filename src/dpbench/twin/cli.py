@@ -180,13 +180,21 @@ def run(
 
     It prints a summary table. The job file and the run result record every option except
     --sglang, --output and --plot."""
-    from dpbench.core.progress import console, progress
-    from dpbench.core.results import load, save
     from dpbench.core.schema import replace
-    from dpbench.twin.job import write_job
 
-    err = console()
     config = replace(config, record_timeline=plot is not None)
+    config, inputs = _absolute_paths(config, inputs)
+    installed = _installed_sglang()
+    version = sglang or installed or DEFAULT_SGLANG
+    result = _run_with_progress(spec, config, inputs, version, in_process=installed == version)
+    _report_run(result, output, plot)
+
+
+def _absolute_paths(config: TwinConfig, inputs: TwinInputs) -> tuple[TwinConfig, TwinInputs]:
+    """The calibration (which must exist) and replayed-arrivals files as absolute paths, so a
+    run in another environment's directory finds them."""
+    from dpbench.core.schema import replace
+
     calibration = Path(inputs.calibration) if inputs.calibration is not None else None
     if calibration is not None and not calibration.is_file():
         raise typer.BadParameter(f"no such file: {calibration}", param_hint="--calibration")
@@ -194,11 +202,19 @@ def run(
         inputs = replace(inputs, calibration=str(calibration.resolve()))
     if config.replay_arrivals is not None:
         config = replace(config, replay_arrivals=str(Path(config.replay_arrivals).resolve()))
-    dp = config.dp_size
-    deadline = config.deadline_s
+    return config, inputs
 
-    installed = _installed_sglang()
-    version = sglang or installed or DEFAULT_SGLANG
+
+def _run_with_progress(
+    spec: str, config: TwinConfig, inputs: TwinInputs, version: str, *, in_process: bool
+) -> dict[str, Any]:
+    """The run result, with a progress bar: in this process when SGLang ``version`` is the one
+    installed here (an asv or release env), else in its release environment."""
+    from dpbench.core.progress import console, progress
+    from dpbench.core.results import load
+    from dpbench.twin.job import write_job
+
+    dp = config.dp_size
     with tempfile.TemporaryDirectory() as tmp, progress() as bar:
         task = bar.add_task(
             f"twin {spec} · SGLang {version} · dp {dp}: importing SGLang", total=None
@@ -218,15 +234,23 @@ def run(
         job = write_job(Path(tmp) / "job.json", spec, config, inputs)
         args = [str(job), "-o", str(out), "--events"]
         try:
-            if installed is not None and version == installed:
-                # SGLang is importable here (an asv or release env): run in-process
+            if in_process:
                 _run_here(spec, config, inputs, output=out, on_event=on_event)
             else:
-                _run_in_release_env(version, args, deadline, on_event)
+                _run_in_release_env(version, args, config.deadline_s, on_event)
         except RuntimeError as exc:
-            err.print(f"[red]twin failed:[/] {exc}")
+            console().print(f"[red]twin failed:[/] {exc}")
             raise typer.Exit(1) from None
-        result = load(out)
+        return load(out)
+
+
+def _report_run(result: dict[str, Any], output: Path | None, plot: Path | None) -> None:
+    """The summary table and notes; the result saved to ``output`` (its timeline only with a
+    plot) and the timeline plotted to ``plot``."""
+    from dpbench.core.progress import console
+    from dpbench.core.results import save
+
+    err = console()
     console_out = __import__("rich.console", fromlist=["Console"]).Console()
     console_out.print(summary_table(result))
     for note in result.get("notes", []):

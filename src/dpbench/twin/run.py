@@ -137,51 +137,24 @@ def closed_loop_concurrency(spec: Any, config: TwinConfig) -> int | None:
     return int(spec.arrival.concurrency)
 
 
-def run_twin(
-    spec_name: str | Path,
-    config: TwinConfig,
-    *,
-    calibration: str | Path | None = None,
-    seed: int | None = None,
-    num_requests: int | None = None,
-    on_progress: ProgressFn | None = None,
-) -> dict[str, Any]:
-    """Run the twin once; returns a run result (``dpbench.core.results`` schema, tier ``twin``)."""
-    from dpbench.core.faults import inject_if_requested
-    from dpbench.core.results import make_run_result
-    from dpbench.twin.prefix import prefix_hits
-    from dpbench.workload.models import load_model_config
+def _kv_budget(
+    spec: Any, trace: list[Any], config: TwinConfig, model: Any, keys: dict[str, Any]
+) -> tuple[Any, int]:
+    """(the KV plan, or None when the config gives the pool; each rank's KV tokens)."""
     from dpbench.workload.planner import plan_kv
-    from dpbench.workload.spec import load_spec, spec_hash
-    from dpbench.workload.trace import generate_trace, import_spec_trace
 
-    t_start = time.perf_counter()
-    inject_if_requested("twin")
-    spec = load_spec(spec_name)
-    if num_requests is not None:
-        spec = spec.with_overrides(num_requests=num_requests)
-    trace = generate_trace(spec, seed)
-    model = load_model_config(spec.model)
-    vocab = model.vocab_size
-    keys = (  # the router's view of each prompt (its blocks), for the plan and the dispatcher
-        {r.id: prefix_keys(r, vocab) for r in trace} if config.dispatch == "cache_aware" else {}
-    )
-    kv_plan = None
-    kv_tokens = config.max_total_tokens_per_rank
-    if kv_tokens is None:
-        route = planner_route(config.dp_size, keys) if config.dispatch == "cache_aware" else None
-        kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model, route=route)
-        kv_tokens = kv_plan.max_total_tokens_per_rank
-    physical = config.cost_topology == "physical"
-    cost = make_cost_model(
-        model,
-        config.dp_size,
-        calibration,
-        tp_size=config.gpus if physical else None,
-        mixed_step_charge=physical,
-        profile=config.cost_profile,
-    )
-    kit, provenance, defaults = prepare_release(config)
+    if config.max_total_tokens_per_rank is not None:
+        return None, config.max_total_tokens_per_rank
+    route = planner_route(config.dp_size, keys) if config.dispatch == "cache_aware" else None
+    kv_plan = plan_kv(spec, trace, config.dp_size, config.dispatch, model=model, route=route)
+    return kv_plan, kv_plan.max_total_tokens_per_rank
+
+
+def _arrivals(
+    spec: Any, trace: list[Any], config: TwinConfig, keys: dict[str, Any], vocab: int
+) -> tuple[list[Any], Arrivals]:
+    """The trace in arrival order (replayed arrivals, else the spec's times over the rate
+    scale) and the ranks' view of it."""
     given = (
         load_replay(config.replay_arrivals, trace, config.dp_size)
         if config.replay_arrivals
@@ -205,44 +178,22 @@ def run_twin(
         else None,
         concurrency=closed_loop_concurrency(spec, config) if not given else None,
     )
+    return ordered, arrivals
+
+
+def _exchange(config: TwinConfig) -> Any:
+    """How the ranks exchange each pass's step: a baton (threads), gloo or shared memory."""
     if config.rank_mode == "threads":
-        exchange: Any = BatonExchange(Baton(config.dp_size, config.deadline_s))
-    elif config.step_exchange == "gloo":
-        exchange = GlooExchange(config.dp_size)
-    else:
-        exchange = SharedMemoryExchange(mp.get_context("fork"), config.dp_size, config.deadline_s)
-    job = RankJob(
-        config=config,
-        arrivals=arrivals,
-        kv_tokens=kv_tokens,
-        cost=cost,
-        port=free_port(),
-        make_kit=lambda: kit,
-        defaults=defaults,
-        exchange=exchange,
-        idle_pass_s=config.idle_pass_s
-        if config.idle_pass_s is not None
-        else cost.step_time([RankWork("idle")] * config.dp_size),
-    )
-    total = len(ordered)
-    results = (run_rank_threads if config.rank_mode == "threads" else run_ranks)(
-        job,
-        on_progress=(lambda done, steps, sim: on_progress(done, total, steps, sim))
-        if on_progress
-        else None,
-    )
-    metrics, extra = compute(
-        results, delayer_on=config.scheduler.enable_prefill_delayer, slo=config.slo
-    )
-    hits, hit_rows = prefix_hits(results, ordered)
-    metrics.update(hits)
-    extra.update(hit_rows)
-    if kv_plan is not None:  # beside kv_utilization_max: what the plan expected at its peak
-        metrics["kv_utilization_planned"] = Metric(kv_plan.planned_peak_util, "fraction", "none")
-    if spec.trace is not None:
-        extra["trace_import"] = import_spec_trace(spec, seed)[1].as_dict()
+        return BatonExchange(Baton(config.dp_size, config.deadline_s))
+    if config.step_exchange == "gloo":
+        return GlooExchange(config.dp_size)
+    return SharedMemoryExchange(mp.get_context("fork"), config.dp_size, config.deadline_s)
+
+
+def _run_notes(config: TwinConfig, cost: Any, job: RankJob, results: list[RankResult]) -> list[str]:
+    """The run result's notes: the cost model, the delayer, the cache, and each setting that
+    departs from SGLang's own behaviour."""
     s = config.scheduler
-    wall = time.perf_counter() - t_start
     notes = [f"cost model: {cost.describe()}"]
     if config.scheduler.enable_prefill_delayer:
         notes.append(
@@ -266,9 +217,9 @@ def run_twin(
         notes.append(
             f"batch_is_full on NO_TOKEN: {s.batch_is_full_rule} (--batch-is-full-rule, not the release's)"
         )
-    if arrivals.concurrency is not None:
+    if job.arrivals.concurrency is not None:
         notes.append(
-            f"closed loop: {arrivals.concurrency} requests in flight; each arrives when one "
+            f"closed loop: {job.arrivals.concurrency} requests in flight; each arrives when one "
             "finishes, and its latencies count from then"
         )
     if config.replay_arrivals:
@@ -290,24 +241,147 @@ def run_twin(
         notes.append(
             "ablation arm: add_chunked_req ran without the delayer (placement measured alone)"
         )
+    return notes
+
+
+def _run_config(
+    config: TwinConfig, job: RankJob, cost: Any, seed: int | None, spec_seed: int, total: int
+) -> dict[str, Any]:
+    """``extra.config``: the settings the run ran with, as numbers and names."""
+    return {
+        "dp_size": config.dp_size,
+        "tp_size": config.gpus,
+        "attn_tp_size": config.attn_tp_size,
+        "dispatch": config.dispatch,
+        "kv_tokens_per_rank": job.kv_tokens,
+        "scheduler": config.scheduler.__dict__,
+        "seed": spec_seed if seed is None else seed,
+        "num_requests": total,
+        "cost_model": cost.name,
+        "cost_profile": config.cost_profile,
+        "cost_topology": config.cost_topology,
+        "step_exchange": job.exchange.name,
+        "rank_mode": config.rank_mode,
+        "replay_arrivals": config.replay_arrivals,
+        "idle_pass_s": job.idle_pass_s,
+    }
+
+
+def _rank_job(
+    config: TwinConfig, arrivals: Arrivals, kv_tokens: int, cost: Any, kit: Any, defaults: Any
+) -> RankJob:
+    exchange = _exchange(config)  # before the rank group's port is drawn, as it always was
+    return RankJob(
+        config=config,
+        arrivals=arrivals,
+        kv_tokens=kv_tokens,
+        cost=cost,
+        port=free_port(),
+        make_kit=lambda: kit,
+        defaults=defaults,
+        exchange=exchange,
+        idle_pass_s=config.idle_pass_s
+        if config.idle_pass_s is not None
+        else cost.step_time([RankWork("idle")] * config.dp_size),
+    )
+
+
+def _run_ranks(job: RankJob, on_progress: ProgressFn | None) -> list[RankResult]:
+    """The ranks' results (threads or processes), progress reported against the trace's size."""
+    total = len(job.arrivals.ids)
+    return (run_rank_threads if job.config.rank_mode == "threads" else run_ranks)(
+        job,
+        on_progress=(lambda done, steps, sim: on_progress(done, total, steps, sim))
+        if on_progress
+        else None,
+    )
+
+
+def _workload(
+    spec_name: str | Path, config: TwinConfig, seed: int | None, num_requests: int | None
+) -> tuple[Any, list[Any], Any, dict[str, Any]]:
+    """(the spec, its trace, its model config, the router's view of each prompt: its blocks,
+    for the plan and the dispatcher; empty unless the dispatch is cache-aware)."""
+    from dpbench.core.faults import inject_if_requested
+    from dpbench.workload.models import load_model_config
+    from dpbench.workload.spec import load_spec
+    from dpbench.workload.trace import generate_trace
+
+    inject_if_requested("twin")
+    spec = load_spec(spec_name)
+    if num_requests is not None:
+        spec = spec.with_overrides(num_requests=num_requests)
+    trace = generate_trace(spec, seed)
+    model = load_model_config(spec.model)
+    keys = (
+        {r.id: prefix_keys(r, model.vocab_size) for r in trace}
+        if config.dispatch == "cache_aware"
+        else {}
+    )
+    return spec, trace, model, keys
+
+
+def _measured(
+    spec: Any,
+    config: TwinConfig,
+    seed: int | None,
+    results: list[RankResult],
+    ordered: list[Any],
+    kv_plan: Any,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metrics, extra) of the ranks' results: the twin's metrics, prefix hits, the plan's
+    expected peak and an imported trace's record."""
+    from dpbench.twin.prefix import prefix_hits
+    from dpbench.workload.trace import import_spec_trace
+
+    metrics, extra = compute(
+        results, delayer_on=config.scheduler.enable_prefill_delayer, slo=config.slo
+    )
+    hits, hit_rows = prefix_hits(results, ordered)
+    metrics.update(hits)
+    extra.update(hit_rows)
+    if kv_plan is not None:  # beside kv_utilization_max: what the plan expected at its peak
+        metrics["kv_utilization_planned"] = Metric(kv_plan.planned_peak_util, "fraction", "none")
+    if spec.trace is not None:
+        extra["trace_import"] = import_spec_trace(spec, seed)[1].as_dict()
+    return metrics, extra
+
+
+def run_twin(
+    spec_name: str | Path,
+    config: TwinConfig,
+    *,
+    calibration: str | Path | None = None,
+    seed: int | None = None,
+    num_requests: int | None = None,
+    on_progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Run the twin once; returns a run result (``dpbench.core.results`` schema, tier ``twin``)."""
+    from dpbench.core.results import make_run_result
+    from dpbench.workload.spec import spec_hash
+
+    t_start = time.perf_counter()
+    spec, trace, model, keys = _workload(spec_name, config, seed, num_requests)
+    vocab = model.vocab_size
+    kv_plan, kv_tokens = _kv_budget(spec, trace, config, model, keys)
+    physical = config.cost_topology == "physical"
+    cost = make_cost_model(
+        model,
+        config.dp_size,
+        calibration,
+        tp_size=config.gpus if physical else None,
+        mixed_step_charge=physical,
+        profile=config.cost_profile,
+    )
+    kit, provenance, defaults = prepare_release(config)
+    ordered, arrivals = _arrivals(spec, trace, config, keys, vocab)
+    job = _rank_job(config, arrivals, kv_tokens, cost, kit, defaults)
+    results = _run_ranks(job, on_progress)
+    metrics, extra = _measured(spec, config, seed, results, ordered, kv_plan)
+    wall = time.perf_counter() - t_start
+    notes = _run_notes(config, cost, job, results)
     extra.update(
-        config={
-            "dp_size": config.dp_size,
-            "tp_size": config.gpus,
-            "attn_tp_size": config.attn_tp_size,
-            "dispatch": config.dispatch,
-            "kv_tokens_per_rank": kv_tokens,
-            "scheduler": config.scheduler.__dict__,
-            "seed": spec.seed if seed is None else seed,
-            "num_requests": total,
-            "cost_model": cost.name,
-            "cost_profile": config.cost_profile,
-            "cost_topology": config.cost_topology,
-            "step_exchange": exchange.name,
-            "rank_mode": config.rank_mode,
-            "replay_arrivals": config.replay_arrivals,
-            "idle_pass_s": job.idle_pass_s,
-        },
+        config=_run_config(config, job, cost, seed, spec.seed, len(ordered)),
         twin_config=to_dict(config),  # the schema as given: TwinConfig rebuilt from it is this run
         scheduler_defaults=defaults.as_dict(),
         kv_plan=kv_plan.as_dict() if kv_plan is not None else None,

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -318,6 +318,13 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
         f"[bold]KV plan[/bold]: {plan.workload} on {plan.model_name}, DP {plan.dp_size}, "
         f"dispatch {plan.dispatch}"
     )
+    _print_plan_inputs(plan, spec=spec, seed=seed, trace_source=trace_source)
+    out.print(_rank_peaks_table(plan))
+    _print_plan_result(plan)
+    _print_sharing_and_expected(plan)
+
+
+def _print_plan_inputs(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str) -> None:
     out.print("[bold]inputs[/bold]")
     out.print(
         f"  trace              {plan.num_requests:,} requests from {trace_source} (seed {seed}, "
@@ -338,6 +345,9 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
     out.print(f"  KV bytes/token     {plan.bytes_formula()}")
     out.print(f"  target util        {plan.target_util:g}")
     out.print(f"  service model      {plan.service_assumption()}")
+
+
+def _rank_peaks_table(plan: KVPlan) -> Table:
     table = Table(title="peak KV demand per DP rank", title_justify="left")
     for col in (
         "rank",
@@ -359,7 +369,10 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
             f"{plan.peak_tokens_unshared_per_rank[rank]:,}",
             f"{plan.util_at_peak_per_rank[rank]:.1%}",
         )
-    out.print(table)
+    return table
+
+
+def _print_plan_result(plan: KVPlan) -> None:
     peak = plan.peak_tokens
     raw = pool_tokens(peak, plan.target_util)
     out.print("[bold]result[/bold] (one --max-total-tokens for every rank, sized from the busiest)")
@@ -388,7 +401,6 @@ def print_plan(plan: KVPlan, *, spec: WorkloadSpec, seed: int, trace_source: str
         f"  per-rank peaks     {lowest:.1%} .. {max(plan.util_at_peak_per_rank):.1%} of the pool "
         f"(busiest rank at the target)"
     )
-    _print_sharing_and_expected(plan)
 
 
 def _print_sharing_and_expected(plan: KVPlan) -> None:
@@ -401,6 +413,33 @@ def _print_sharing_and_expected(plan: KVPlan) -> None:
         f"  expected KV util   {plan.planned_peak_util:.1%} at the busiest rank's peak "
         "(a twin run reports it as kv_utilization_planned, beside its kv_utilization_max)"
     )
+
+
+def _check_plan_options(
+    dispatch: str | None, kv_dtype: str | None, target_util: float | None
+) -> None:
+    """A BadParameter naming the first of these options given outside what it allows."""
+    if dispatch is not None and dispatch not in DISPATCH_POLICIES:
+        raise typer.BadParameter(
+            f"found {dispatch!r}; allowed: {', '.join(DISPATCH_POLICIES)}", param_hint="--dispatch"
+        )
+    if kv_dtype is not None and kv_dtype not in KV_DTYPE_BYTES:
+        raise typer.BadParameter(
+            f"found {kv_dtype!r}; allowed: {', '.join(KV_DTYPE_BYTES)}", param_hint="--kv-dtype"
+        )
+    if target_util is not None and not 0 < target_util <= 1:
+        raise typer.BadParameter(
+            f"found {target_util!r}; allowed: a number in (0, 1]", param_hint="--target-util"
+        )
+
+
+def _planned_trace(spec: WorkloadSpec, trace: Path | None, seed: int | None) -> tuple[str, Any]:
+    """(where the trace came from, in words; the trace the planner reads): ``trace`` when
+    given, else the spec's, generated with ``seed``."""
+    if trace is not None:
+        loaded = load_trace(trace)
+        return str(trace), _plannable(columns_of(loaded), loaded)
+    return "the spec", _plannable(*_generate(spec, seed))
 
 
 @app.command()
@@ -446,29 +485,12 @@ def plan(
     """Size the KV pool from each DP rank's peak KV demand.
 
     It prints the --max-total-tokens that puts the busiest rank's peak at the target."""
-    if dispatch is not None and dispatch not in DISPATCH_POLICIES:
-        raise typer.BadParameter(
-            f"found {dispatch!r}; allowed: {', '.join(DISPATCH_POLICIES)}", param_hint="--dispatch"
-        )
-    if kv_dtype is not None and kv_dtype not in KV_DTYPE_BYTES:
-        raise typer.BadParameter(
-            f"found {kv_dtype!r}; allowed: {', '.join(KV_DTYPE_BYTES)}", param_hint="--kv-dtype"
-        )
-    if target_util is not None and not 0 < target_util <= 1:
-        raise typer.BadParameter(
-            f"found {target_util!r}; allowed: a number in (0, 1]", param_hint="--target-util"
-        )
+    _check_plan_options(dispatch, kv_dtype, target_util)
     with _clean_errors():
         spec = load_spec(name)
         if model is not None:
             spec = spec.with_overrides(model=model)
-        if trace is not None:
-            source = str(trace)
-            loaded = load_trace(trace)
-            planned = _plannable(columns_of(loaded), loaded)
-        else:
-            source = "the spec"
-            planned = _plannable(*_generate(spec, seed))
+        source, planned = _planned_trace(spec, trace, seed)
         result = plan_kv(
             spec,
             planned,
