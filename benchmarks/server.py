@@ -239,6 +239,50 @@ class SimulatedRooflineServeControl(SimulatedRooflineServe):
     setup_cache.timeout = 3600
 
 
+# SGLang's real scheduler at the headline's scale in virtual time (docs/virtual-time.md): the
+# full long-prompt-burst (1,024 requests), DP 4 and DP 8, global chunk 8192, three workload
+# seeds per setting (the twin's SEEDS), each its own start-up. Virtual time charges nothing for
+# the scheduler's CPU work, so a run's numbers do not depend on the runner's cores or load.
+VirtualDp = Literal[4, 8]
+VIRTUAL_SEEDS = (0, 1, 2)
+# what a virtual-time run reports: the wall-timed instrument checks (device idle, pick-up) and
+# SGLang's own wall-clock delayer wait are not virtual, so they are left out
+VIRTUAL_TRACKS = {
+    k: v
+    for k, v in SIM_TRACKS.items()
+    if k not in ("device_idle_fraction", "pickup_ms_p50", "first_token_return_ms_p99")
+}
+
+
+@tracks(VIRTUAL_TRACKS)
+class SimulatedVirtualHeadline(Replays):
+    """executor: simulated, clock: virtual. SGLang's real DP-attention server (as
+    ``SimulatedRooflineServe``) on the full ``long-prompt-burst`` at DP 4 and DP 8, chunk 8192,
+    in virtual time: the real scheduler's answer to the headline question per commit. Samples
+    are per workload seed (VIRTUAL_SEEDS; a seed's run repeats exactly), compared between
+    commits as runs (Welch), never paired."""
+
+    params: ClassVar[tuple[list[Any], ...]] = (
+        ["long-prompt-burst"],
+        list(get_args(VirtualDp)),
+        ["on"],
+    )
+    param_names: ClassVar[list[str]] = ["spec", "dp_size", "delayer"]
+    timeout = 7200
+    version = "server-simulated-virtual-1"
+
+    def setup_cache(self) -> dict[str, Any]:
+        return bench.simulated_virtual(
+            self.params, seeds=VIRTUAL_SEEDS, chunk=FIDELITY_CHUNKED_PREFILL
+        )
+
+    setup_cache.timeout = 7200
+
+    def setup(self, cache: dict[str, Any], spec: str, dp_size: int, delayer: str) -> None:
+        self.runs = entry(cache, (spec, dp_size, delayer))["runs"]
+        self.delayer = delayer
+
+
 TRACE_SIM_SPEC = "mooncake-conversation-small"  # 48 requests of a Mooncake window, DP 2
 
 

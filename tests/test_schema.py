@@ -27,7 +27,7 @@ def _candidates(opt: Option) -> list[tuple[Any, str]]:
     if opt.base is int:
         return [(v, str(v)) for v in ([2 * d, d + 1, d - 1] if d is not None else [8, 2, 16, 100])]
     if opt.base is float:
-        return [(v, repr(v)) for v in ([d / 2, 2 * d] if d is not None else [0.5, 0.002, 2.0])]
+        return [(v, repr(v)) for v in ([d / 2, 2 * d] if d else [0.5, 0.002, 2.0])]
     if opt.base is str:
         return [("some/run.json", "some/run.json")]
     raise AssertionError(f"{opt.name}: no candidate values for {opt.base}")
@@ -158,6 +158,9 @@ PREREQUISITES = {
     "node_rank": {"nnodes": (2, ["--nnodes", "2"]),
                   "dist_init_addr": ("node0:5000", ["--dist-init-addr", "node0:5000"])},
     "serial_forward": {"simulate_forward": (True, ["--simulate-forward"])},
+    "clock": {"simulate_forward": (True, ["--simulate-forward"])},
+    "pass_charge_ms": {"simulate_forward": (True, ["--simulate-forward"]),
+                       "clock": ("virtual", ["--clock", "virtual"])},
 }  # fmt: skip
 
 

@@ -20,12 +20,14 @@ import pytest
 from simserver import sim_options
 
 from dpbench.server.loadgen import Schedule
+from dpbench.server.prepare import for_seed
 from dpbench.server.run import execute_replays, prepare
 from dpbench.server.steps import read_records
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 LATE_S = 30.0
+OTHER_SEED = 8
 
 
 def _late(prep):
@@ -39,7 +41,8 @@ def _late(prep):
 def virtual(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("virtual")
     prep = _late(prepare(sim_options("0.5.23", tmp, clock="virtual", max_requests=16)))
-    results = execute_replays(prep, 2)
+    # a third replay draws another seed of the spec against the same start-up (server sweep)
+    results = execute_replays(prep, 3, clients=[prep, prep, for_seed(prep, OTHER_SEED)])
     return prep, results, tmp
 
 
@@ -90,21 +93,35 @@ def test_the_clock_jumps_to_a_late_request_and_serves_it_at_once(virtual):
 
 def test_two_replays_repeat_each_other_step_for_step(virtual):
     _, results, _ = virtual
-    a, b = (r["metrics"] for r in results)
+    a, b = (r["metrics"] for r in results[:2])
     for key in ("dp_mixed_step_fraction", "steps_count", "ttft_ms_p50", "ttft_ms_p99",
                 "itl_ms_p50", "tpot_ms_p99", "e2e_ms_p99"):  # fmt: skip
         assert a[key]["value"] == pytest.approx(b[key]["value"], rel=1e-9, abs=1e-9), key
     steps = _records(results[0])
     one = read_records(steps, 2)
-    t1 = results[1]["extra"]["replay"]["from_t"]
+    t1, t2 = (results[k]["extra"]["replay"]["from_t"] for k in (1, 2))
     shape = [[(s["kind"], s["bs"], s["extend_tokens"]) for s in rank] for rank in one]
     first = [[x for x, s in zip(rank, ranks, strict=True) if s["t"] < t1]
              for rank, ranks in zip(shape, one, strict=True)]  # fmt: skip
-    second = [[x for x, s in zip(rank, ranks, strict=True) if s["t"] >= t1]
+    second = [[x for x, s in zip(rank, ranks, strict=True) if t1 <= s["t"] < t2]
               for rank, ranks in zip(shape, one, strict=True)]  # fmt: skip
     # the first replay's window also holds SGLang's warm-up steps: compare its last steps
     for r in range(2):
         assert second[r] and first[r][-len(second[r]) :] == second[r]
+
+
+def test_another_seed_replays_against_the_same_start_up_and_records_its_seed(virtual):
+    prep, results, _ = virtual
+    first, other = results[0], results[2]
+    assert first["workload"]["seed"] == prep.spec.seed != OTHER_SEED
+    assert other["workload"]["seed"] == other["extra"]["run_options"]["seed"] == OTHER_SEED
+    assert other["workload"]["hash"] != first["workload"]["hash"]
+    assert other["extra"]["command"] == first["extra"]["command"]  # one server, one KV pool
+    assert [list(r.input_ids) for r in for_seed(prep, OTHER_SEED).requests] != [
+        list(r.input_ids) for r in prep.requests
+    ]
+    assert other["metrics"]["errors_total"]["value"] == 0
+    assert other["metrics"]["steps_count"]["value"] > 0
 
 
 def test_virtual_and_real_time_agree_on_the_smoke_trace(virtual, tmp_path):

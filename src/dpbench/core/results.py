@@ -8,7 +8,7 @@ A run result is plain JSON::
       "sglang": {"version": "0.5.23", "commit": "<sha or null>", "generation": "g0.5.22-0.5.23",
                  "generation_compared": ["adder", "delayer"], "variants": {...}},
       "placement": {"label": "post-kv", "source": "static", ...} | null,
-      "workload": {"name": "...", "hash": "sha256:...", "spec": name or path given (server)} | null,
+      "workload": {"name": "...", "hash": "sha256:...", "spec": name or path given, "seed" (server)} | null,
       "metrics": {"<name_with_unit>": {"value": 1.0, "unit": "ms", "better": "lower"}, ...},
       "hardware": {"cpu": "...", "gpus": [...], "host": "..."},
       "wall_time_s": 12.3,

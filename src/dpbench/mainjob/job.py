@@ -7,11 +7,9 @@ what to run on which commit:
 2. the twin over up to four of them, chosen from step 1's own results: the first release
    labelled ``early``, the last ``early`` one before the first ``post-kv`` (the before/after
    pair of the placement change), the first labelled ``post-kv``, and the newest;
-3. the simulated-forward server (``server.SimulatedRooflineServe``; a real SGLang server
-   per release and DP size, DP 2 and 4 with the delayer on, each replayed three times with
-   its caches flushed between replays, so each value has n = 3; a DP size with fewer CPU
-   cores than ranks skips, naming them: DP 4 on a 2-core runner) over the before/after pair
-   and the newest only;
+3. SGLang's real scheduler at the headline's scale (``server.SimulatedVirtualHeadline``: the
+   simulated-forward server in virtual time on the full ``long-prompt-burst``, DP 4 and 8,
+   chunk 8192, three workload seeds, one start-up each) over the before/after pair only;
 4. over the before/after pair only: the twin at the headline settings (``TwinHeadline``, the
    full spec at DP 4/8 × chunk 8192/16384, 5 seeds compared seed by seed), against offered
    load and its capacity at SLO (``TwinLoad``, ``TwinCapacity``), and on production traffic

@@ -62,9 +62,9 @@ PLAN = (
     ),
     Step(
         "server",
-        "simulated-forward server",
-        r"^server\.SimulatedRooflineServe\.",
-        "served",
+        "SGLang's real scheduler at the headline's scale, virtual time (1,024 requests, DP 4, 8)",
+        r"^server\.SimulatedVirtualHeadline\.",
+        "pair",
         side=True,
     ),
     Step(
@@ -95,7 +95,9 @@ REFERENCE: dict[str, float] = {
     "twin": 93.7,
     "twin-trace": 44.1,
     "server-trace": 310.0,
-    "server": 208.1,  # DP 2 and 4; DP 4 now needs 4 cores (benchmarks/server.py)
+    # the virtual-time headline (DP 4 and 8, three seeds each against one start-up): from one
+    # run each alone, 2026-12-05 (DP 4: 40 s start-up + 84 s per seed; DP 8: ~60 + ~140 s)
+    "server": 770.0,
     "pass-timing": 41.6,
     "twin-speed": 56.5,
 }

@@ -241,6 +241,52 @@ def simulated(params: Params, *, replays: int, chunk: int) -> dict:
     return {**cache, **{setting_key(*s): skipped(why) for s, why in too_few.items()}}
 
 
+def simulated_virtual(params: Params, *, seeds: Sequence[int], chunk: int) -> dict:
+    """Per (spec, DP size, delayer): the simulated-forward server in virtual time
+    (``--clock virtual``, docs/virtual-time.md), one start-up replaying each workload seed in
+    turn, its caches flushed between (the KV pool sized by the first seed's plan). In virtual
+    time a run's numbers depend on its SGLang, spec and seed only, not on this machine's cores
+    or load: a DP size needs no core per rank, a seed's run repeats exactly, and the spread
+    between runs is the seeds' (other draws of the workload)."""
+    from dpbench.core import faults
+
+    faults.inject_if_requested("server-sim")
+    why = unhookable()
+    if why is not None:
+        return skipped(why)
+
+    def one(spec: str, dp: int, delayer: str) -> dict[str, Any]:
+        key = f"simulated-virtual-{spec}-dp{dp}-delayer_{delayer}"
+        return _virtual_runs(spec, dp, seeds, key, chunk=chunk, delayer=delayer == "on")
+
+    return _one_at_a_time(itertools.product(*params), one)
+
+
+def _virtual_runs(
+    spec: str, dp: int, seeds: Sequence[int], key: str, *, chunk: int, delayer: bool
+) -> dict[str, Any]:
+    from dpbench.server.prepare import for_seed
+    from dpbench.server.run import RunOptions, execute_replays, prepare
+
+    options = RunOptions(
+        spec=spec,
+        dp_size=dp,
+        seed=seeds[0],
+        simulate_forward=True,
+        clock="virtual",
+        chunked_prefill_size=chunk,
+        delayer=delayer,
+        python=sys.executable,
+        check_gpus=False,
+    )
+    prep = prepare(options)
+    clients = [for_seed(prep, s) for s in seeds]
+    runs = execute_replays(prep, len(clients), clients=clients)
+    for seed, run in zip(seeds, runs, strict=True):
+        save_run("server", f"{key}-s{seed}", run)
+    return {"runs": [_kept(r) for r in runs]}
+
+
 def simulated_production_trace(params: Params, *, replays: int, chunk: int) -> dict:
     """Per (spec, DP size, delayer) (one setting): the simulated-forward server on a Mooncake
     window behind SGLang's own round robin, delayer on (the server's default); a skip, naming

@@ -459,3 +459,8 @@ def diverge(
     print(dv.render(report, top=top, width=console().width))
     if output:
         write_json(output, report)
+
+
+from dpbench.server.sweep_cli import sweep as _sweep  # noqa: E402  (a module of its own)
+
+app.command(name="sweep")(_sweep)

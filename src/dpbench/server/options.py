@@ -109,6 +109,13 @@ class RunOptions:
     max_requests: int | None = field(
         default=None, metadata={"help": "replay only the first N requests"}
     )
+    seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "the workload's seed (None: the spec's): another draw of the same spec, "
+            "as the twin's --seeds (a trace spec's window)"
+        },
+    )
     slo: Slo = field(default_factory=Slo, metadata={"prefix": "slo_"})
     log_dir: str | None = field(
         default=None,
@@ -216,6 +223,8 @@ class RunOptions:
             raise RunOptionsError(f"time_scale must be in (0, 100], got {self.time_scale}")
         if self.max_requests is not None and self.max_requests < 1:
             raise RunOptionsError(f"max_requests must be ≥ 1, got {self.max_requests}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise RunOptionsError(f"seed must be in [0, 2**63), got {self.seed}")
         if not self.client_read_timeout_s > 0:
             raise RunOptionsError(
                 f"client_read_timeout_s must be > 0, got {self.client_read_timeout_s}"

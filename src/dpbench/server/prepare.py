@@ -8,6 +8,7 @@ spec, generates (or imports) the trace once, plans the KV pool, reads the instal
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 from dataclasses import dataclass
@@ -72,6 +73,8 @@ class Prepared:
 def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
     """Everything up to (not including) starting the server; no GPU needed."""
     spec = load_spec(opts.spec)
+    if opts.seed is not None and opts.seed != spec.seed:
+        spec = spec.with_overrides(seed=opts.seed)
     dp = opts.dp_size or spec.dp_size
     trace, trace_import = trace_of(spec)
     if opts.max_requests is not None:
@@ -99,6 +102,39 @@ def prepare(opts: RunOptions, *, flags: ServerFlags | None = None) -> Prepared:
         kv_plan=kv_plan,
         notes=notes,
         python=python,
+        route_keys=route_keys,
+        trace_import=trace_import,
+    )
+
+
+def for_seed(prep: Prepared, seed: int) -> Prepared:
+    """``prep``'s server with workload seed ``seed`` on the client's side: the same command
+    (so the same KV pool, sized by ``prep``'s own plan), another draw of the spec's requests.
+    Replays of several seeds then share one start-up (``execute_replays(clients=…)``); each
+    result records its seed, and a note says whose plan sized the pool."""
+    if seed == prep.spec.seed:
+        return prep
+    spec = prep.spec.with_overrides(seed=seed)
+    trace, trace_import = trace_of(spec)
+    if prep.options.max_requests is not None:
+        trace = trace[: prep.options.max_requests]
+    vocab = load_model_config(spec.model).vocab_size
+    notes = list(prep.notes)
+    if prep.kv_plan is not None:
+        notes.append(
+            f"KV pool sized by seed {prep.spec.seed}'s plan (shared start-up across seeds)"
+        )
+    route_keys = None
+    if prep.route_keys is not None:
+        route_keys = {r.id: prefix_keys(r, vocab) for r in trace}
+    return dataclasses.replace(
+        prep,
+        options=dataclasses.replace(prep.options, seed=seed),
+        spec=spec,
+        spec_hash=spec_hash(spec),
+        requests=requests_of(trace, vocab),
+        schedule=schedule_for(spec, trace, prep.options.time_scale),
+        notes=notes,
         route_keys=route_keys,
         trace_import=trace_import,
     )

@@ -189,7 +189,12 @@ def _finish(
         metrics=metrics,
         wall_time_s=wall_s,
         # "spec": the name or path it was given, so a replay (the divergence finder) loads it
-        workload={"name": prep.spec.name, "hash": prep.spec_hash, "spec": prep.options.spec},
+        workload={
+            "name": prep.spec.name,
+            "hash": prep.spec_hash,
+            "spec": prep.options.spec,
+            "seed": prep.spec.seed,
+        },
         notes=notes,
         extra=extra,
     )

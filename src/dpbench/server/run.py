@@ -41,6 +41,7 @@ from dpbench.server.replay_result import Replay, RunContext, replay_result
 from dpbench.server.routing import routed_requests
 from dpbench.server.simlaunch import sim_launch, sim_launch_env
 from dpbench.server.steps import replay_suffix, trace_id
+from dpbench.workload.spec import spec_hash
 
 __all__ = [
     "DISPATCHES",
@@ -136,10 +137,13 @@ def _replay_clients(
     if clients is None:
         return [prep] * replays
     for k, other in enumerate(clients):
-        if other.command != prep.command or other.spec_hash != prep.spec_hash:
+        # another seed of the same spec is the client's side (prepare.for_seed)
+        same_spec = spec_hash(other.spec.with_overrides(seed=prep.spec.seed)) == prep.spec_hash
+        if other.command != prep.command or not same_spec:
             raise RunOptionsError(
                 f"replay {k} needs another server (its command or spec differs from the "
-                f"first's): only the client's side may differ between shared replays"
+                f"first's): only the client's side (or the workload seed) may differ between "
+                f"shared replays"
             )
     return list(clients)
 

@@ -44,13 +44,10 @@ from typing import Any
 
 from dpbench.sglang_compat.simforward import vhooks
 from dpbench.sglang_compat.simforward.config import SimForwardConfig
+from dpbench.sglang_compat.simforward.dprank import StandInError, dp_rank_reader
 from dpbench.sglang_compat.simforward.vhooks import now as _now
 
 # How this process's attention-DP rank is read, newest API first (capability, not version).
-_DP_RANK_READERS = (
-    ("sglang.srt.layers.dp_attention", "dp_gather_slot"),  # 0.5.23
-    ("sglang.srt.layers.dp_attention", "get_attention_dp_rank"),  # 0.5.16
-)
 _OFF_FLAGS = (
     "use_pynccl",
     "use_pymscclpp",
@@ -62,21 +59,6 @@ _OFF_FLAGS = (
 # the attribute of a forward's LogitsProcessorOutput that holds when its device work ends
 READY_ATTR = "_dpbench_ready_at"
 STEP_ATTR = "_dpbench_step"  # and which of the rank's steps it was
-
-
-class StandInError(RuntimeError):
-    """The stand-in could not read what it needs from this SGLang's objects."""
-
-
-def dp_rank_reader() -> Any:
-    """The function that returns this process's attention-DP rank; loud if none exists."""
-    tried = []
-    for module, name in _DP_RANK_READERS:
-        fn = getattr(importlib.import_module(module), name, None)
-        if fn is not None:
-            return fn
-        tried.append(f"{module}.{name}")
-    raise StandInError(f"cannot tell this process's DP rank: none of {', '.join(tried)} exists")
 
 
 # -- hooks that switch CUDA things off -------------------------------------------------

@@ -53,7 +53,7 @@ class _Process:
     @property
     def rank(self) -> int:
         if self._rank is None:
-            from dpbench.sglang_compat.simforward.standin import dp_rank_reader
+            from dpbench.sglang_compat.simforward.dprank import dp_rank_reader
 
             self._rank = int(dp_rank_reader()())
         return self._rank
