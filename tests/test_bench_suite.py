@@ -210,14 +210,14 @@ def test_reading_a_track_judged_by_another_slo_fails():
 
 def test_asv_discovery_records_the_slo_in_every_slo_unit():
     """asv's own discovery (what ``asv run`` writes to benchmarks.json, which the dashboard and
-    ``dpbench compare`` read their labels from): the same 258 benchmarks (238 before SimulatedVirtualHeadline's 20 tracks), each SLO unit naming
+    ``dpbench compare`` read their labels from): the same 256 benchmarks (238 before SimulatedVirtualHeadline's 18 tracks), each SLO unit naming
     the one SLO, each SLO-judged track's version naming it too."""
     from asv_runner.discovery import list_benchmarks
 
     fp = io.StringIO()
     list_benchmarks(str(BENCHMARKS), fp)
     found = {b["name"]: b for b in json.loads(fp.getvalue())}
-    assert len(found) == 258
+    assert len(found) == 256
     judged = [b for n, b in found.items() if n.rsplit("track_", 1)[-1] in SLO_METRICS]
     assert len(judged) == 13  # 11 goodputs, TwinLoad's attainment, TwinCapacity's capacity
     for b in judged:
