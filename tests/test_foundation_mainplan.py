@@ -87,3 +87,35 @@ def test_step_costs_are_written_whole(tmp_path, monkeypatch):
 
 def _refuse(*_a, **_k):
     raise OSError("refused")
+
+
+def test_a_change_runs_where_its_base_runs_and_its_cost_is_printed_apart():
+    from types import SimpleNamespace
+
+    import typer
+
+    from dpbench.mainjob import job
+
+    stored = {
+        "revert-31835": SimpleNamespace(commit="c" * 40, change=SimpleNamespace(base="0.5.17")),
+        "other": SimpleNamespace(commit="d" * 40, change=SimpleNamespace(base="0.5.9")),
+    }
+    changes = job.selected_changes(stored, ["0.5.16", "0.5.17", "revert-31835"])
+    assert changes == [("revert-31835", "c" * 40, "0.5.17")]
+    with pytest.raises(typer.BadParameter, match=r"select 0\.5\.17 too"):
+        job.selected_changes(stored, ["0.5.16", "revert-31835"])
+    pair = [("0.5.16", "a" * 40, "last early"), ("0.5.17", "b" * 40, "first post-kv")]
+    assert job.changes_of(pair, changes) == changes
+    assert job.changes_of(pair[:1], changes) == []  # its base not picked: the step skips it
+    ran: list[list[str]] = []
+    costs: list[mainplan.StepCost] = []
+    rcs: list[int] = []
+    job._step_runs(mainplan.PLAN[1], pair, changes, rcs, costs, lambda shas: ran.append(shas) or 0)
+    assert ran == [["a" * 40, "b" * 40], ["c" * 40]]  # the change in its own, timed run
+    assert [(c.releases, c.changes) for c in costs] == [(2, False), (1, True)]
+    lines = job.cost_lines(costs)
+    assert "over 2 release(s)" in lines[0] and "over 1 change(s)" in lines[1]
+    # the plan says what a change may add: at most one release's share of every step
+    (line,) = mainplan.change_lines([("revert-31835", "0.5.17")])
+    most = sum(v for v in mainplan.REFERENCE.values())
+    assert line.startswith("change revert-31835 on 0.5.17") and f"~{most / 60:.0f} min" in line

@@ -7,6 +7,7 @@ touching this file, and fails here if any path drops or renames it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,9 @@ def test_every_server_option_reaches_its_schema_through_the_cli(command, cls, op
     spec = "long-prompt-burst-small"
     base = cls(spec=spec)
     extra: list[str] = []
-    for name, (val, args) in PREREQUISITES.get(opt.name, {}).items() if cls is not Inputs else ():
+    for name, (val, args) in PREREQUISITES.get(opt.name, {}).items():
+        if cls is Inputs and name not in {f.name for f in dataclasses.fields(Inputs)}:
+            continue  # Inputs runs the simulated forward always
         base = replace(base, **{name: val})
         extra += args
     if opt.name == "python":  # --python and --sglang exclude each other; neither is the default

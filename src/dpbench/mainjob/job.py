@@ -17,7 +17,13 @@ what to run on which commit:
 
 asv runs with ``--record-samples``: every seed's value is kept, so comparisons pair seeds.
 
-``--bench REGEX`` replaces that plan by one asv run of REGEX over every selected release.
+A change added to the history (:mod:`dpbench.changes`) runs every step its base is picked for,
+in an asv run of its own right after its base's, so what it adds to the job is measured: its
+environment (built like its base's) and its benchmarks. By default every added change runs;
+naming versions selects among releases and changes, and a change needs its base selected.
+
+``--bench REGEX`` replaces that plan by one asv run of REGEX over every selected release (then
+one over the selected changes).
 Then it publishes asv's site and the dpbench dashboard, and says where everything is.
 A failed benchmark never costs the others their results: everything is published
 first, then the job exits non-zero naming each failed benchmark. Every step is an
@@ -41,6 +47,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from dpbench.changes import history as change_history
 from dpbench.core.paths import project_root
 from dpbench.core.procs import alive, descendants
 from dpbench.mainjob import plan as mainplan
@@ -240,13 +247,77 @@ def _picks(
     }
 
 
-def _announce(step: mainplan.Step, chosen: list[tuple[str, str, str]], where: str = "") -> None:
+def _announce(
+    step: mainplan.Step,
+    chosen: list[tuple[str, str, str]],
+    where: str = "",
+    changes: list[tuple[str, str, str]] | None = None,
+) -> None:
+    changes = changes or []
     names = ", ".join(v if step.picks == "every" else f"{v} ({why})" for v, _, why in chosen)
-    est = mainplan.estimate_s(step, len(chosen))
+    names += "".join(f", {n} (change on {b})" for n, _, b in changes)
+    est = mainplan.estimate_s(step, len(chosen) + len(changes))
     console.print(
         f"[bold]{step.title}[/]{where} over {names}"
         + ("" if est is None else f" (expected ~{est / 60:.0f} min)")
     )
+
+
+def selected_changes(stored: dict[str, Any], asked: list[str]) -> list[tuple[str, str, str]]:
+    """[(name, commit, base)] of the asked changes (``stored``: name → the history's
+    StoredChange). A change runs where its base runs, so its base must be asked for too."""
+    out = [(n, s.commit, s.change.base) for n, s in stored.items() if n in asked]
+    for name, _, base in out:
+        if base not in asked:
+            raise typer.BadParameter(
+                f"change {name} is benchmarked where its base runs: select {base} too"
+            )
+    return out
+
+
+def changes_of(
+    chosen: list[tuple[str, str, str]], changes: list[tuple[str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """The changes whose base is among a step's chosen releases (the step runs them too)."""
+    bases = {v for v, _, _ in chosen}
+    return [c for c in changes if c[2] in bases]
+
+
+def _step_runs(
+    step: mainplan.Step,
+    chosen: list[tuple[str, str, str]],
+    changes: list[tuple[str, str, str]],
+    rcs: list[int],
+    costs: list[mainplan.StepCost],
+    run: Any,
+) -> None:
+    """A step's asv run over its releases, then one over their changes, each timed: what a
+    change adds to the job is measured, not inferred."""
+    parts = (
+        ("releases", [c for _, c, _ in chosen]),
+        ("changes", [c for _, c, _ in changes_of(chosen, changes)]),
+    )
+    for part, shas in parts:
+        if shas:
+            t = time.monotonic()
+            rcs.append(run(shas))
+            costs.append(
+                mainplan.StepCost(step.key, len(shas), time.monotonic() - t, part == "changes")
+            )
+
+
+def cost_lines(costs: list[mainplan.StepCost]) -> list[str]:
+    """What each step took, its releases and its changes apart, against the plan's figure."""
+    lines = []
+    for c in costs:
+        step = next((s for s in mainplan.PLAN if s.key == c.key), None)
+        ref = None if step is None else mainplan.estimate_s(step, c.releases)
+        what = "change(s)" if c.changes else "release(s)"
+        lines.append(
+            f"{c.key}: {c.wall_s / 60:.1f} min over {c.releases} {what}"
+            + ("" if ref is None else f" (expected ~{ref / 60:.0f})")
+        )
+    return lines
 
 
 def _default_plan(
@@ -255,6 +326,7 @@ def _default_plan(
     conf_data: dict[str, Any],
     config: Path,
     selected: list[tuple[str, str]],
+    changes: list[tuple[str, str, str]],
     *,
     root: Path,
     results_root: Path,
@@ -272,16 +344,17 @@ def _default_plan(
     from dpbench.mainjob import side as mainside
 
     console.print("[bold]plan[/]")
-    for line in mainplan.plan_lines(len(selected)):
+    for line in mainplan.plan_lines(len(selected)) + mainplan.change_lines(
+        [(n, b) for n, _, b in changes]
+    ):
         console.print(f"  {line}")
     placement, *rest = mainplan.PLAN
-    _announce(placement, [(v, c, "") for v, c in selected])
-    t_step = time.monotonic()
-    rcs.append(
-        _asv_run(asv, conf, placement.regex, [c for _, c in selected], root=root,
-                 results_root=results_root, rerun=rerun, failed=failed)
-    )  # fmt: skip
-    costs.append(mainplan.StepCost(placement.key, len(selected), time.monotonic() - t_step))
+    every = [(v, c, "") for v, c in selected]
+    _announce(placement, every, changes=changes_of(every, changes))
+
+    _step_runs(placement, every, changes, rcs, costs, lambda shas: _asv_run(
+        asv, conf, placement.regex, shas, root=root, results_root=results_root, rerun=rerun,
+        failed=failed))  # fmt: skip
     picks = _picks(selected, results_root)
     side_steps = [(s, picks[s.picks]) for s in rest if s.side and picks[s.picks]]
     main_steps = [(s, picks[s.picks]) for s in rest if not s.side and picks[s.picks]]
@@ -301,46 +374,37 @@ def _default_plan(
             for step, chosen in side_steps:
                 if stop.is_set():
                     return
-                commits = [c for _, c, _ in chosen]
+                commits = [c for _, c, _ in chosen + changes_of(chosen, changes)]
                 mainside.seed_side(results_root, side_root, machine, commits)
                 t = time.monotonic()
-                rcs.append(
-                    _asv_run(asv, ["--config", str(side_conf)], step.regex, commits, root=root,
-                             results_root=side_root, rerun=rerun, failed=side_failed,
-                             log=out, procs=side_procs)
-                )  # fmt: skip
-                costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t))
+                _step_runs(step, chosen, changes, rcs, costs, lambda shas, step=step: _asv_run(
+                    asv, ["--config", str(side_conf)], step.regex, shas, root=root,
+                    results_root=side_root, rerun=rerun, failed=side_failed, log=out,
+                    procs=side_procs))  # fmt: skip
                 console.print(
                     f"[bold]{step.title}[/] (beside) done in {(time.monotonic() - t) / 60:.1f} min"
                 )
 
     for step, chosen in side_steps:
-        _announce(step, chosen, " (beside the twin, its own asv run)")
+        _announce(step, chosen, " (beside the twin, its own asv run)", changes_of(chosen, changes))
     console.print(f"  its output: {log}")
     worker = threading.Thread(target=side, name="main-job-side", daemon=True)
     worker.start()
     try:
         for step, chosen in main_steps:
-            _announce(step, chosen)
-            t_step = time.monotonic()
-            rcs.append(
-                _asv_run(asv, conf, step.regex, [c for _, c, _ in chosen], root=root,
-                         results_root=results_root, rerun=rerun, failed=failed,
-                         nice=worker.is_alive())
-            )  # fmt: skip
-            costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t_step))
+            _announce(step, chosen, changes=changes_of(chosen, changes))
+            _step_runs(step, chosen, changes, rcs, costs, lambda shas, step=step: _asv_run(
+                asv, conf, step.regex, shas, root=root, results_root=results_root, rerun=rerun,
+                failed=failed, nice=worker.is_alive()))  # fmt: skip
         if worker.is_alive():
             console.print("waiting for the simulated-server steps beside")
         while worker.is_alive():
             worker.join(timeout=1.0)  # a short join keeps Ctrl-C deliverable
         for step, chosen in alone:  # timings, on a machine nothing else runs on
-            _announce(step, chosen)
-            t_step = time.monotonic()
-            rcs.append(
-                _asv_run(asv, conf, step.regex, [c for _, c, _ in chosen], root=root,
-                         results_root=results_root, rerun=rerun, failed=failed)
-            )  # fmt: skip
-            costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t_step))
+            _announce(step, chosen, changes=changes_of(chosen, changes))
+            _step_runs(step, chosen, changes, rcs, costs, lambda shas, step=step: _asv_run(
+                asv, conf, step.regex, shas, root=root, results_root=results_root, rerun=rerun,
+                failed=failed))  # fmt: skip
     finally:
         stop.set()
         for proc in side_procs:
@@ -460,11 +524,19 @@ def bench_command(
             rows = releases.build([v for v in asked if v not in releases.KNOWN_VERSIONS], history)
     except releases.ReleasesError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    unknown = [v for v in asked if v not in {r for r, _ in rows}]
+    stored = {s.change.name: s for s in change_history.list_changes(history)}
+    if not versions:
+        asked += list(stored)  # every change added to the history, beside its base
+    unknown = [v for v in asked if v not in {r for r, _ in rows} and v not in stored]
     if unknown:
-        raise typer.BadParameter(f"not in the release history: {unknown}")
+        raise typer.BadParameter(
+            f"not in the release history: {unknown}; changes: {sorted(stored) or 'none added'}"
+        )
     selected = [(v, c) for v, c in rows if v in set(asked)]
+    changes = selected_changes(stored, asked)
     console.print("release history: " + ", ".join(f"{v} ({sha[:8]})" for v, sha in rows))
+    if changes:
+        console.print("changes: " + ", ".join(f"{n} on {b} ({c[:8]})" for n, c, b in changes))
     _run(
         [*asv, "machine", "--yes", *conf], cwd=root, quiet=True
     )  # its questionnaire, answered by defaults
@@ -473,18 +545,17 @@ def bench_command(
     costs: list[mainplan.StepCost] = []
     commits = [c for _, c in selected]
     if bench:
-        rcs.append(
-            _asv_run(
-                asv,
-                conf,
-                bench,
-                commits,
-                root=root,
-                results_root=results_root,
-                rerun=rerun,
-                failed=failed,
+        for part, shas in (("releases", commits), ("changes", [c for _, c, _ in changes])):
+            if not shas:
+                continue
+            t_part = time.monotonic()
+            rcs.append(
+                _asv_run(asv, conf, bench, shas, root=root, results_root=results_root,
+                         rerun=rerun, failed=failed)
+            )  # fmt: skip
+            costs.append(
+                mainplan.StepCost(bench, len(shas), time.monotonic() - t_part, part == "changes")
             )
-        )
     else:
         _default_plan(
             asv,
@@ -492,6 +563,7 @@ def bench_command(
             conf_data,
             config,
             selected,
+            changes,
             root=root,
             results_root=results_root,
             rerun=rerun,
@@ -512,12 +584,8 @@ def bench_command(
     elapsed = time.monotonic() - t0
     console.print(f"\n[bold green]done[/] in {elapsed / 60:.1f} min")
     if costs:
-        for c in costs:
-            ref = mainplan.estimate_s(next(s for s in mainplan.PLAN if s.key == c.key), c.releases)
-            console.print(
-                f"  {c.key}: {c.wall_s / 60:.1f} min over {c.releases} release(s)"
-                + ("" if ref is None else f" (expected ~{ref / 60:.0f})")
-            )
+        for line in cost_lines(costs):
+            console.print(f"  {line}")
         kept = mainplan.write_costs(results_root / "mainjob-costs.json", costs, total_s=elapsed)
         print(f"costs:      {kept}")
     print(f"results:    {results_root}")

@@ -141,11 +141,24 @@ def plan_lines(selected: int) -> list[str]:
     return lines
 
 
+def change_lines(changes: list[tuple[str, str]]) -> list[str]:
+    """A line per change ``(name, base)``: it runs the steps its base is picked for, and adds at
+    most its base's share of each (its environment, built like its base's in the placement
+    step, plus its own benchmarks), from ``REFERENCE``'s per-release figures."""
+    most = sum(REFERENCE.get(s.key) or 0.0 for s in PLAN)
+    return [
+        f"change {name} on {base}: every step {base} is picked for, after it; "
+        f"at most ~{most / 60:.0f} min more (its base's environment and benchmarks, once)"
+        for name, base in changes
+    ]
+
+
 @dataclass
 class StepCost:
     key: str
-    releases: int
+    releases: int  # commits run (releases, or changes when ``changes``)
     wall_s: float
+    changes: bool = False  # the step's run over the selected changes, after its releases'
 
 
 def write_costs(path: Path, costs: list[StepCost], *, total_s: float) -> Path:
@@ -157,6 +170,7 @@ def write_costs(path: Path, costs: list[StepCost], *, total_s: float) -> Path:
         "steps": [
             {
                 "step": c.key,
+                "of": "changes" if c.changes else "releases",
                 "releases": c.releases,
                 "wall_s": round(c.wall_s, 1),
                 "per_release_s": round(c.wall_s / c.releases, 1) if c.releases else None,

@@ -43,6 +43,7 @@ from dpbench.core import results
 from dpbench.core.paths import project_root, results_dir
 from dpbench.core.schema import metadata_of, to_dict
 from dpbench.server.health import Health, check
+from dpbench.server.options import ServerClock
 from dpbench.server.run import RunOptions, ServerDispatch
 from dpbench.twin.stats import paired
 
@@ -196,7 +197,26 @@ class Inputs:
         },
     )
 
+    clock: ServerClock = field(
+        default="real",
+        metadata={
+            **metadata_of(RunOptions, "clock"),
+            "stem": lambda v: None if v == "real" else v,
+        },
+    )
+    pass_charge_ms: float = field(
+        default=0.0,
+        metadata={
+            **metadata_of(RunOptions, "pass_charge_ms"),
+            "stem": lambda v: f"charge{v:g}ms" if v else None,
+        },
+    )
+
     def __post_init__(self) -> None:
+        if self.clock == "virtual" and self.serial_forward:
+            raise ValueError("--clock virtual excludes --serial-forward")
+        if self.pass_charge_ms and self.clock != "virtual":
+            raise ValueError("--pass-charge-ms needs --clock virtual")
         if self.repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         if self.dp < 2:
@@ -304,6 +324,8 @@ def server_options(inp: Inputs, log_dir: Path) -> Any:
         chunked_prefill_size=inp.chunked_prefill_size,
         serial_forward=inp.serial_forward,
         dispatch=inp.dispatch,
+        clock=inp.clock,
+        pass_charge_ms=inp.pass_charge_ms,
         log_dir=str(log_dir),
     )
 
