@@ -84,22 +84,21 @@ PLAN = (
 )
 
 # Seconds per release of each step on a fresh clone of the 2-core development VM (AMD EPYC,
-# 24 GiB): `make bench` at 27cf1e1 (2026-12-03, 43 min 45 s, exit 0; results/mainjob-costs.json),
-# the twin's settings two at a time. The steps beside the simulated server ran slower than
-# alone (TwinCapacity's searches 400 / 539 s against 70 / 147 s alone): these are the job's
-# own figures, not each step's cost alone.
-REFERENCE_AT = "fresh-clone make bench at 27cf1e1, 2026-12-03, 2-core VM"
+# 24 GiB): `make bench` at adc1b33 (2026-12-05, exit 0; results/mainjob-costs.json, the
+# releases' rows), with one change added. The twin steps ran beside the server steps, which in
+# virtual time are CPU-bound too: the headline took 1,291 s a release against 748.5 s with the
+# real-time server beside it (27cf1e1), the server 1,141.5 s against ~770 s alone. These are the
+# job's own figures, not each step's cost alone.
+REFERENCE_AT = "fresh-clone make bench at adc1b33, 2026-12-05, 2-core VM"
 REFERENCE: dict[str, float] = {
-    "placement": 41.9,
-    "headline": 748.5,
-    "twin": 93.7,
-    "twin-trace": 44.1,
-    "server-trace": 310.0,
-    # the virtual-time headline (DP 4 and 8, three seeds each against one start-up): from one
-    # run each alone, 2026-12-05 (DP 4: 40 s start-up + 84 s per seed; DP 8: ~60 + ~140 s)
-    "server": 770.0,
-    "pass-timing": 41.6,
-    "twin-speed": 56.5,
+    "placement": 43.5,
+    "headline": 1291.2,
+    "twin": 89.5,
+    "twin-trace": 34.6,
+    "server-trace": 368.0,
+    "server": 1141.5,
+    "pass-timing": 37.4,
+    "twin-speed": 77.2,
 }
 
 
@@ -116,9 +115,17 @@ def _minutes(s: float | None) -> str:
     return "not yet measured" if s is None else f"~{s / 60:.0f} min"
 
 
+def _chain(i: int, step: Step) -> str:
+    return "first" if i == 0 else "side" if step.side else "alone" if step.alone else "main"
+
+
+def _expected_s(chains: dict[str, float]) -> float:
+    """Placement, then the longer of the side run and the steps beside it, then the timings."""
+    return chains["first"] + max(chains["side"], chains["main"]) + chains["alone"]
+
+
 def plan_lines(selected: int) -> list[str]:
-    """The plan as printed before the job starts: one line per step and the expected total
-    (placement, then the longer of the side run and the steps beside it, then the timings)."""
+    """The plan as printed before the job starts: one line per step and the expected total."""
     lines = []
     chains = {"first": 0.0, "side": 0.0, "main": 0.0, "alone": 0.0}
     known = True
@@ -126,7 +133,7 @@ def plan_lines(selected: int) -> list[str]:
         n = release_count(step, selected)
         est = estimate_s(step, n)
         known = known and est is not None
-        chain = "first" if i == 0 else "side" if step.side else "alone" if step.alone else "main"
+        chain = _chain(i, step)
         chains[chain] += est or 0.0
         how = {
             "side": "; beside the twin steps, its own asv run",
@@ -135,20 +142,28 @@ def plan_lines(selected: int) -> list[str]:
         lines.append(
             f"{step.title}: {n} release(s), {PICKS[step.picks]}{how.get(chain, '')}; {_minutes(est)}"
         )
-    total = chains["first"] + max(chains["side"], chains["main"]) + chains["alone"]
-    head = f"expected ~{total / 60:.0f} min" if known else "expected time not yet known"
+    head = (
+        f"expected ~{_expected_s(chains) / 60:.0f} min" if known else "expected time not yet known"
+    )
     lines.append(f"{head} on a 2-core runner with the environments to build ({REFERENCE_AT})")
     return lines
 
 
+def change_share_s() -> float:
+    """What one change adds to the job: its base's share of each step (its environment, built
+    like its base's in the placement step, plus its own benchmarks), side and main overlapping
+    as for the releases, from ``REFERENCE``'s per-release figures."""
+    chains = {"first": 0.0, "side": 0.0, "main": 0.0, "alone": 0.0}
+    for i, step in enumerate(PLAN):
+        chains[_chain(i, step)] += REFERENCE.get(step.key) or 0.0
+    return _expected_s(chains)
+
+
 def change_lines(changes: list[tuple[str, str]]) -> list[str]:
-    """A line per change ``(name, base)``: it runs the steps its base is picked for, and adds at
-    most its base's share of each (its environment, built like its base's in the placement
-    step, plus its own benchmarks), from ``REFERENCE``'s per-release figures."""
-    most = sum(REFERENCE.get(s.key) or 0.0 for s in PLAN)
+    """A line per change ``(name, base)``: it runs the steps its base is picked for."""
     return [
         f"change {name} on {base}: every step {base} is picked for, after it; "
-        f"at most ~{most / 60:.0f} min more (its base's environment and benchmarks, once)"
+        f"about {change_share_s() / 60:.0f} min more (its base's environment and benchmarks, once)"
         for name, base in changes
     ]
 
