@@ -52,8 +52,9 @@ def test_default_topology_fits_deepseek_v3_on_h200():
 def test_cross_checks_live_in_the_config():
     with pytest.raises(TwinConfigError, match="needs the delayer on"):
         make_config(enable_prefill_delayer=False, hide_delayer_from_chunked_req=True)
-    with pytest.raises(TwinConfigError, match=r"idle_pass_s must be in \(0, 1\] seconds"):
-        make_config(idle_pass_s=0.0)
+    with pytest.raises(TwinConfigError, match=r"idle_pass_s must be in \[0, 1\] seconds"):
+        make_config(idle_pass_s=-0.001)
+    assert make_config(idle_pass_s=0.0).idle_pass_s == 0.0  # the virtual clock's idle pass
     with pytest.raises(TwinConfigError, match="has no option 'dp'"):
         make_config(dp=2)
 

@@ -209,7 +209,9 @@ class TwinConfig:
         metadata={
             "help": "simulated seconds of a lockstep pass in which no rank runs a forward (SGLang's "
             "event loop spinning: receive, adder, the delayer's and MLP-sync all-gathers); None: "
-            "the cost model's per-step overhead. It sets how many delay verdicts a wait yields"
+            "the cost model's per-step overhead; 0: such a pass takes no simulated time, as on the "
+            "simulated-forward server's virtual clock, which charges only forwards. It sets how "
+            "many delay verdicts a wait yields"
         },
     )
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
@@ -276,9 +278,9 @@ class TwinConfig:
                 "rate_scale must be 1 when replaying a server run's arrivals (they are that "
                 f"run's own times), got {self.rate_scale}"
             )
-        if self.idle_pass_s is not None and not 0 < self.idle_pass_s <= 1.0:
+        if self.idle_pass_s is not None and not 0 <= self.idle_pass_s <= 1.0:
             raise TwinConfigError(
-                f"idle_pass_s must be in (0, 1] seconds or None, got {self.idle_pass_s!r}"
+                f"idle_pass_s must be in [0, 1] seconds or None, got {self.idle_pass_s!r}"
             )
         if self.max_total_tokens_per_rank is not None and self.max_total_tokens_per_rank < 16:
             raise TwinConfigError(
