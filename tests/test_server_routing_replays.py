@@ -2,7 +2,11 @@
 production trace: SGLang's own round robin (against the twin replaying its arrivals, as
 ``test_server_production_trace.py`` checks 0.5.16), then twice behind cache-aware routing, as
 flushed replays on one start-up (``fidelity.run_on_one_server``). The two settings need two
-servers: a cache-aware run's KV pool is planned as the client routes (2026-12-04)."""
+servers: a cache-aware run's KV pool is planned as the client routes (2026-12-04).
+
+Both servers run in virtual time (``--clock virtual``): the replays do not wait out the
+simulated device, and their numbers do not depend on this machine's load. The real clock's
+own check on production traffic is ``test_server_production_trace.py`` (0.5.16)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ def shared(tmp_path_factory):
     from dpbench.server import fidelity
 
     trace_is_there()
-    common = dict(spec=SPEC, dp=2, release="0.5.23", chunked_prefill_size=8192)
+    common = dict(spec=SPEC, dp=2, release="0.5.23", chunked_prefill_size=8192, clock="virtual")
     round_robin = fidelity.Inputs(**common, flush_replays=True)
     routed = fidelity.Inputs(**common, dispatch="cache_aware", repeats=2, flush_replays=True)
     out = tmp_path_factory.mktemp("mooncake-0.5.23")

@@ -1,6 +1,7 @@
 """SGLang's real server in virtual time (``--clock virtual``), on the smoke trace with a late request.
 
-One server (0.5.23, DP 2) replays the trace twice on the virtual clock. A request is
+One server (0.5.23, DP 2) replays the trace twice on the virtual clock, charging 1 ms of
+virtual time per pass for the scheduler's own work (so its waits on the clock get exercised). A request is
 injected 30 s after the trace's last arrival: the clock must jump to it (the ranks are idle)
 and never show it to a scheduler early. Causality is read off the stand-in's own records:
 every request reaches its scheduler at or after its virtual arrival, and no pass of that
@@ -32,6 +33,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 LATE_S = 30.0
 OTHER_SEED = 8
+CHARGE_MS = 1.0  # the scheduler's work per pass (--pass-charge-ms): the clock's waits get exercised
 
 
 def _late(prep):
@@ -44,7 +46,11 @@ def _late(prep):
 @pytest.fixture(scope="module")
 def virtual(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("virtual")
-    prep = _late(prepare(sim_options("0.5.23", tmp, clock="virtual", max_requests=16)))
+    prep = _late(
+        prepare(
+            sim_options("0.5.23", tmp, clock="virtual", max_requests=16, pass_charge_ms=CHARGE_MS)
+        )
+    )
     # a third replay draws another seed of the spec against the same start-up (server sweep)
     results = execute_replays(prep, 3, clients=[prep, prep, for_seed(prep, OTHER_SEED)])
     return prep, results, tmp

@@ -175,7 +175,8 @@ class RunOptions:
         default=0.0,
         metadata={
             "help": "virtual clock: milliseconds charged for the scheduler's own work before "
-            "each forward it launches (0: its CPU work takes no virtual time)"
+            "each forward it launches and on each pass in which the delayer holds prefill "
+            "back while no rank runs a forward (0: its CPU work takes no virtual time)"
         },
     )
     sglang: str | None = field(

@@ -59,7 +59,8 @@ class SimForwardConfig:
         default=0.0,
         metadata={
             "help": "virtual clock: seconds charged for the scheduler's own work before each "
-            "forward it launches (0: CPU work takes no time)"
+            "forward it launches and on each pass in which the delayer holds prefill back "
+            "while no rank runs a forward (0: CPU work takes no time)"
         },
     )
 

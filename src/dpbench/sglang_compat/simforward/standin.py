@@ -544,7 +544,8 @@ def record_pass(original: Any, module: ModuleType) -> Any:
     """Record every scheduler pass with work (:class:`PassRecorder`), and time the passes that
     ran no batch on any rank while this rank had requests waiting (the delayer holding them
     back): how long SGLang's event loop takes to come round when no forward runs, the twin's
-    ``--idle-pass-s``."""
+    ``--idle-pass-s``. On the virtual clock such a pass lasts the pass charge when the delayer
+    held prefill back in it, and no time otherwise."""
     started: list[float] = []
     recorder = PassRecorder()
     sig = inspect.signature(original)
@@ -575,7 +576,11 @@ def record_pass(original: Any, module: ModuleType) -> Any:
         if rec["kind"] != "none" or rec["waiting"] or rec["running"] or rec["chunked"]:
             _PASSES.write(rec)
         vhooks.mark_pass(bool(busy or rec["chunked_after"]), vhooks.proc().in_flight)
-        if batch is not None:
+        # the scheduler's own work, on the virtual clock (``--pass-charge-ms``): before a
+        # forward, and on a pass in which the delayer holds prefill back and no rank runs one
+        # (both rank-identical: DP attention gives every rank a batch when one has one, and the
+        # delayer's reason comes from its all-gather), so a wait of N passes spans N charges
+        if batch is not None or rec.get("reason") == "delay":
             vhooks.charge_pass()
         if batch is None and len(self.waiting_queue) > 0:
             started.append(now)
