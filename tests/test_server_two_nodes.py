@@ -34,6 +34,16 @@ def _tail(path: Path, lines: int = 40) -> str:
         return f"({exc})"
 
 
+def _oom_kills() -> str:
+    """The kernel's OOM-kill lines, where dmesg can be read (a node lost to memory says so)."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(dmesg: {exc})"
+    kills = [ln for ln in out.splitlines() if "Killed process" in ln or "oom-kill" in ln]
+    return "\n".join(kills[-10:]) or "(none in dmesg)"
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)  # dpbench stops its SGLang's whole process group
@@ -91,6 +101,7 @@ def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
                 f"{why}\n--- node 1's log ---\n{_tail(node1_log)}\n--- node 0's output ---\n"
                 f"{_tail(node0_out)}\n--- node 0's server log ---\n"
                 + (_tail(node0_logs[-1]) if node0_logs else "(none)")
+                + f"\n--- the kernel's OOM kills ---\n{_oom_kills()}"
             )
         assert node0.returncode == 0, _tail(node0_out)
         result = results.load(tmp_path / "run.json")
