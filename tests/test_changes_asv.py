@@ -50,9 +50,14 @@ def _placement_codes(tmp: Path, config: Path, shas: dict[str, str]) -> dict[str,
          "spawn", "--machine", MACHINE, "--show-stderr", f"HASHFILE:{hashes}"],
         tmp, 1500)  # fmt: skip
     _ok([*asv, "publish", "--config", str(config)], tmp, 300)
+    return _recorded_codes(tmp, shas)
+
+
+def _recorded_codes(tmp: Path, shas: dict[str, str]) -> dict[str, float]:
+    """The placement code asv recorded for each name (whatever asv's machine was called)."""
     codes = {}
     for name, sha in shas.items():
-        (path,) = (tmp / "results" / MACHINE).glob(f"{sha[:8]}-*.json")
+        (path,) = (tmp / "results").glob(f"*/{sha[:8]}-*.json")
         data = json.loads(path.read_text())
         at = data["result_columns"].index("result")
         codes[name] = data["results"]["placement.Placement.track_placement_code"][at][0]
@@ -66,8 +71,18 @@ def test_asv_runs_a_change_like_a_release(tmp_path):
          "--patch", str(REVERT), "--history", str(history), "--no-env"], tmp_path, 300)  # fmt: skip
     change = _ok(["git", "-C", str(history), "rev-parse", "revert-31835"], tmp_path, 30).strip()
     config = asv_releases_config(tmp_path, history, env_dir=str(ASV_ENV))
-    codes = _placement_codes(tmp_path, config, {"0.5.17": built["0.5.17"], "revert": change})
+    # the main job's own path: a change named beside its base, in an asv run of its own
+    job = _run([PY, "-m", "dpbench", "bench", "0.5.17", "revert-31835", "-b", r"^placement\.",
+                "--config", str(config), "--site", str(tmp_path / "site")], tmp_path, 1500)  # fmt: skip
+    out = job.stdout + job.stderr  # the step lines go to the console (stderr)
+    assert job.returncode == 0, out[-3000:]
+    assert "over 1 change(s)" in out and "over 1 release(s)" in out, out[-2000:]
+    costs = json.loads((tmp_path / "results" / "mainjob-costs.json").read_text())
+    assert [(c["of"], c["releases"]) for c in costs["steps"]] == [("releases", 1), ("changes", 1)]
+    assert all(c["wall_s"] > 0 and c["reference_s"] is None for c in costs["steps"])
+    codes = _recorded_codes(tmp_path, {"0.5.17": built["0.5.17"], "revert": change})
     assert codes == {"0.5.17": 2, "revert": 1}  # post-kv → early
+    assert (tmp_path / "site" / "index.html").is_file()
     run_file = tmp_path / "results" / "runs" / change / "placement" / "placement.json"
     detail = json.loads(run_file.read_text())
     assert detail["sglang"]["change"]["name"] == "revert-31835"

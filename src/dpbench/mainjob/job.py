@@ -519,9 +519,11 @@ def bench_command(
     conf = ["--config", str(config)]
     t0 = time.monotonic()
     asked = versions or list(releases.KNOWN_VERSIONS)
+    added = set(change_history.list_names(history))  # a change named is not a new release
     try:
         with console.status("building the SGLang release history"):
-            rows = releases.build([v for v in asked if v not in releases.KNOWN_VERSIONS], history)
+            newer = [v for v in asked if v not in releases.KNOWN_VERSIONS and v not in added]
+            rows = releases.build(newer, history)
     except releases.ReleasesError as exc:
         raise typer.BadParameter(str(exc)) from exc
     stored = {s.change.name: s for s in change_history.list_changes(history)}

@@ -176,6 +176,12 @@ class StepCost:
     changes: bool = False  # the step's run over the selected changes, after its releases'
 
 
+def _reference_s(cost: StepCost) -> float | None:
+    """The plan's figure for a step; None for a step outside the plan (``dpbench bench -b``)."""
+    step = next((s for s in PLAN if s.key == cost.key), None)
+    return None if step is None else estimate_s(step, cost.releases)
+
+
 def write_costs(path: Path, costs: list[StepCost], *, total_s: float) -> Path:
     """What each step took here (results/mainjob-costs.json, atomically)."""
     data: dict[str, Any] = {
@@ -189,7 +195,7 @@ def write_costs(path: Path, costs: list[StepCost], *, total_s: float) -> Path:
                 "releases": c.releases,
                 "wall_s": round(c.wall_s, 1),
                 "per_release_s": round(c.wall_s / c.releases, 1) if c.releases else None,
-                "reference_s": estimate_s(next(s for s in PLAN if s.key == c.key), c.releases),
+                "reference_s": _reference_s(c),
             }
             for c in costs
         ],
