@@ -2,6 +2,7 @@
 own multi-node launch, node 1 by ``dpbench server launch`` and node 0 by ``dpbench server
 run``.
 
+Node 0 starts once node 1 is past its port checks (both check the same ports on one host).
 Node 0 cannot see node 1's processes: if node 1 dies, node 0's SGLang waits for it (the
 rendezvous, or requests routed to its rank) far past any test limit. So the test watches both
 and, when one ends early or the pair runs past its limit, stops both and fails with both logs.
@@ -54,6 +55,24 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def _wait_past_port_checks(node1: subprocess.Popen, log: Path, limit_s: float = 300.0) -> None:
+    """Wait until node 1's SGLang has checked its ports (it logs ``server_args=`` right after).
+
+    On one host both nodes check the same derived ports (dist-init port + 1 …): node 1 must be
+    past its check before node 0 binds them, or it waits 30 s and exits (seen in a fresh-clone
+    `make test`: "port_base at 19149 is not available in 30 seconds", held by node 0). Two real
+    hosts each check their own ports, so only the loopback needs this order."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if "server_args=" in (log.read_text(errors="replace") if log.exists() else ""):
+            return
+        if node1.poll() is not None:
+            pytest.fail(f"node 1 exited ({node1.returncode}) starting up:\n{_tail(log)}")
+        time.sleep(0.5)
+    _stop(node1)
+    pytest.fail(f"node 1 did not pass its port checks in {limit_s:.0f} s:\n{_tail(log)}")
+
+
 def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
     """SGLang's own --nnodes/--node-rank/--dist-init-addr: node 1 by `server launch`, node 0 by `server run`."""
     # SGLang derives its inter-node ZMQ ports from the dist-init port: keep the whole block
@@ -74,6 +93,7 @@ def test_two_nodes_on_loopback_serve_as_one_dp_2_server(tmp_path):
     )
     node0_args = ["--node-rank", "0", "--log-dir", str(tmp_path), "-o", str(tmp_path / "run.json"),
                   "--startup-deadline-s", "400", "--client-read-timeout-s", "300"]  # fmt: skip
+    _wait_past_port_checks(node1, node1_log)
     with node0_out.open("w") as out:
         node0 = subprocess.Popen(
             [DPBENCH, "server", "run", SPEC, *common, *node0_args],
