@@ -36,9 +36,12 @@ test-deps: $(STAMP)
 # waiting on the simulated clock (the suite used ~54 % of two cores with three workers).
 # Whole files per worker (a file's shared server starts once), the slowest files first
 # (tests/conftest.py; xdist's own order, most tests first, left the servers to the end).
+# Tests marked quiet hold a real-clock run against a reference: beside busy workers the run
+# measures the machine, so they run after the parallel suite, alone (tests/test_server_virtual_vs_real.py).
 test: test-deps
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/python -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=40
+	$(VENV)/bin/python -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=40 -m 'not quiet'
+	$(VENV)/bin/python -m pytest -m quiet --durations=5
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -30,7 +30,7 @@ SLOWEST_FILES = (
     "test_dashboard_site.py",  # asv builds its environment and runs three releases: ~320
     "test_twin_releases.py",  # ~270
     "test_server_simulated.py",  # ~220
-    "test_server_virtual_clock.py",  # a virtual-clock and a real-clock server: ~220
+    "test_server_virtual_clock.py",  # a virtual-clock server, three replays: ~90 (its real-clock check is quiet)
     "test_twin_radix.py",  # ~190
     "test_server_simulated_early.py",  # ~190
     "test_server_production_trace.py",  # one 0.5.16 server on a Mooncake window: ~175

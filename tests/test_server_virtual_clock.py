@@ -6,11 +6,8 @@ injected 30 s after the trace's last arrival: the clock must jump to it (the ran
 and never show it to a scheduler early. Causality is read off the stand-in's own records:
 every request reaches its scheduler at or after its virtual arrival, and no pass of that
 rank starts between the two (the clock never passed a request on its way). The two replays
-must repeat each other step for step. A real-clock run with the same device sync is the
-agreement check: TTFT at the scheduler and ITL within 25 %, and the client's TTFT once the
-real run's way back to the client (its ``first_token_return``) is taken off. On CI (2026-12-05)
-the client's TTFT of a real run read 220 ms against virtual time's 167 ms; here it reads 174
-(scheduler 171, way back 3). The failure message now prints what a real run measured.
+must repeat each other step for step. The agreement with a real-clock run needs the machine
+to itself: ``test_server_virtual_vs_real.py`` (``make test`` runs it after the parallel suite).
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ import numpy as np
 import pytest
 from simserver import sim_options
 
-from dpbench.server.health import Health, check
 from dpbench.server.loadgen import Schedule
 from dpbench.server.prepare import for_seed
 from dpbench.server.run import execute_replays, prepare
@@ -132,36 +128,3 @@ def test_another_seed_replays_against_the_same_start_up_and_records_its_seed(vir
     ]
     assert other["metrics"]["errors_total"]["value"] == 0
     assert other["metrics"]["steps_count"]["value"] > 0
-
-
-def _real_reference(tmp_path, tries: int = 2) -> tuple[dict, Health]:
-    """A real-clock run of the same trace and device sync that the suite's own health rules
-    call valid for scheduling and the client (a run the machine delayed is this machine's
-    noise, not the clock's: it is run again once, and reported if it stays spoiled)."""
-    for k in range(tries):
-        prep = _late(prepare(sim_options("0.5.23", tmp_path / f"real{k}", device_sync="group",
-                                         max_requests=16)))  # fmt: skip
-        result = execute_replays(prep, 1)[0]
-        health = check(result)
-        if health.valid_for("scheduling") and health.valid_for("client"):
-            break
-    return result, health
-
-
-def test_virtual_and_real_time_agree_on_the_smoke_trace(virtual, tmp_path):
-    _, results, _ = virtual
-    result, health = _real_reference(tmp_path)
-    real, v = result["metrics"], results[0]["metrics"]
-    seen = {k: (real[k]["value"], v.get(k, {}).get("value")) for k in
-            ("ttft_ms_p50", "scheduler_ttft_ms_p50", "first_token_return_ms_p50", "itl_ms_p50",
-             "steps_count", "server_main_thread_wait_fraction", "device_idle_fraction")}  # fmt: skip
-    why = f"real, virtual: {seen}; real run's health: {health.broken or 'valid'}"
-    assert health.valid_for("scheduling") and health.valid_for("client"), why
-    assert real["steps_count"]["value"] == pytest.approx(v["steps_count"]["value"], rel=0.15), why
-    # TTFT at the scheduler is what the clock claims (the twin's TTFT); the client's TTFT adds
-    # the way back (detokenizer, HTTP), which real time pays and virtual time does not
-    for key in ("scheduler_ttft_ms_p50", "itl_ms_p50"):
-        assert real[key]["value"] == pytest.approx(v[key]["value"], rel=0.25), f"{key}: {why}"
-    back = real["first_token_return_ms_p50"]["value"]
-    assert real["ttft_ms_p50"]["value"] - back == pytest.approx(v["ttft_ms_p50"]["value"],
-                                                               rel=0.25), f"ttft_ms_p50: {why}"  # fmt: skip
