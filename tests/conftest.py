@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +66,34 @@ def pytest_collection_modifyitems(config, items):
     order = slow[:workers] + quick[:workers] + slow[workers:] + quick[workers:]
     at = {name: i for i, name in enumerate(order)}
     items.sort(key=lambda item: at[item.path.name])  # stable: a file's own order is kept
+
+
+# Where the suite's CPU goes, by test (``DPBENCH_TEST_CPU_LOG=DIR``): one JSON line a test, per
+# worker, with the CPU its worker and the children it reaped used over the test's set-up, call
+# and tear-down (a module fixture's cost lands on its first test, its tear-down on its last).
+# The servers' processes are counted once reaped: SGLang's launcher reaps its schedulers, the
+# worker reaps the launcher. docs/performance.md reads the files with a few lines of Python.
+CPU_LOG = os.environ.get("DPBENCH_TEST_CPU_LOG")
+
+
+def _cpu_s() -> float:
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    cpu0, wall0 = _cpu_s(), time.monotonic()
+    yield
+    row = {"file": item.path.name, "test": item.nodeid, "cpu_s": round(_cpu_s() - cpu0, 2),
+           "wall_s": round(time.monotonic() - wall0, 2)}  # fmt: skip
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    Path(CPU_LOG).mkdir(parents=True, exist_ok=True)
+    with open(Path(CPU_LOG) / f"{worker}.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 @pytest.fixture(scope="session")
