@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
-from twinjob import run_twin_job
+from twinjob import run_twin_jobs, twin_job
 
 VERSIONS = ("0.5.16", "0.5.23")
 SHARED = 600  # tokens of the shared prefix in the scheduler scenarios
@@ -168,10 +167,6 @@ SPEC = "agentic-multiturn"
 REQUESTS = 60
 
 
-def _twin(env, out: Path, **options) -> dict:
-    return run_twin_job(env, SPEC, out, requests=REQUESTS, **options)
-
-
 def _extend_tokens(result: dict) -> int:
     tl = result["extra"]["timeline"]
     return sum(
@@ -193,10 +188,12 @@ def _prompt_tokens() -> int:
 @pytest.mark.sglang
 @pytest.mark.parametrize("version", VERSIONS)
 def test_agentic_sessions_reuse_their_prefixes(version, release_env, tmp_path):
-    env = release_env(version)
-    on = _twin(env, tmp_path / "on.json")
-    again = _twin(env, tmp_path / "again.json")
-    off = _twin(env, tmp_path / "off.json", radix_cache=False)
+    # one process of the release's environment, SGLang imported once (tests/twin_batch.py)
+    on, again, off = run_twin_jobs(release_env(version), [
+        twin_job(SPEC, tmp_path / "on.json", requests=REQUESTS),
+        twin_job(SPEC, tmp_path / "again.json", requests=REQUESTS),
+        twin_job(SPEC, tmp_path / "off.json", requests=REQUESTS, radix_cache=False),
+    ])  # fmt: skip
     prompts = _prompt_tokens()
     for r in (on, off):
         assert r["metrics"]["requests_finished_count"]["value"] == REQUESTS

@@ -43,22 +43,65 @@ def _command(env, out: Path, requests: int = 60, **options) -> list[str]:
     return [str(env.python), "-m", "dpbench.twin.run", str(job), "-o", str(out)]
 
 
-def _twin(env, out: Path, timeout: float = 600, **options) -> dict:
-    proc = subprocess.run(
-        _command(env, out, **{**SMALL, **options}), capture_output=True, text=True, timeout=timeout
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
-
-
 def _simulated(result: dict) -> dict:
     return {k: v for k, v in result["metrics"].items() if k not in WALL_METRICS}
 
 
+# Every run the tests below read, per release, run one after another in one process of that
+# release's environment (``tests/twin_batch.py``: SGLang imported once, ~11 s of CPU each time;
+# a run that left state behind would move the next one's numbers). Each is what
+# ``python -m dpbench.twin.run`` runs; "processes" forks its two rank processes from there.
+BATCHES = {
+    "0.5.23": {
+        "base": {},
+        "again": {},
+        "gloo": {"step_exchange": "gloo"},
+        "threads": {"rank_mode": "threads"},
+        "ablation": {
+            "hide_delayer_from_chunked_req": True,
+            "batch_is_full_rule": "always",
+            "skip_finishing_decode": False,
+            "rank_mode": "threads",
+        },
+        "off": {"enable_prefill_delayer": False, "rank_mode": "threads"},
+    },
+    "0.5.16": {
+        "base": {},
+        "threads": {"rank_mode": "threads"},
+        "mid_chunk": {"rank_mode": "threads", "record_timeline": True},
+        "mid_chunk_arm": {
+            "rank_mode": "threads",
+            "record_timeline": True,
+            "chunk_merge_resets_batch_is_full": False,
+        },
+    },
+}
+
+
 @pytest.fixture(scope="module")
-def runs(release_env, tmp_path_factory):
+def batches(release_env, tmp_path_factory):
+    """{release: {name: run result}} for :data:`BATCHES`."""
+    from twinjob import run_twin_jobs, twin_job
+
     tmp = tmp_path_factory.mktemp("twin")
-    return {v: _twin(release_env(v), tmp / f"{v}.json") for v in ("0.5.16", "0.5.23")}
+    out = {}
+    for version, named in BATCHES.items():
+        jobs = [
+            twin_job(
+                SPEC,
+                tmp / f"{version}-{name}.json",
+                requests=60,
+                **{**SMALL, "rank_mode": "processes", **options},
+            )
+            for name, options in named.items()
+        ]
+        out[version] = dict(zip(named, run_twin_jobs(release_env(version), jobs), strict=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(batches):
+    return {v: batches[v]["base"] for v in ("0.5.16", "0.5.23")}
 
 
 @pytest.mark.parametrize(
@@ -97,9 +140,10 @@ def test_early_placement_reports_false_prefillable(runs):
     )
 
 
-def test_same_release_spec_seed_give_identical_metrics(runs, release_env, tmp_path):
-    """Determinism: same release, spec, seed and parameters → identical simulated numbers."""
-    again = _twin(release_env("0.5.23"), tmp_path / "again.json")
+def test_same_release_spec_seed_give_identical_metrics(runs, batches):
+    """Determinism: same release, spec, seed and parameters → identical simulated numbers (two
+    runs in one process here; tests/test_identity.py holds runs against a stored reference)."""
+    again = batches["0.5.23"]["again"]
     first = {k: v for k, v in runs["0.5.23"]["metrics"].items() if k not in WALL_METRICS}
     second = {k: v for k, v in again["metrics"].items() if k not in WALL_METRICS}
     assert first == second
@@ -109,9 +153,9 @@ def test_same_release_spec_seed_give_identical_metrics(runs, release_env, tmp_pa
     )
 
 
-def test_gloo_step_exchange_matches_shared_memory(runs, release_env, tmp_path):
+def test_gloo_step_exchange_matches_shared_memory(runs, batches):
     """The twin's own end-of-step exchange (shared memory by default) changes no simulated number."""
-    gloo = _twin(release_env("0.5.23"), tmp_path / "gloo.json", step_exchange="gloo")
+    gloo = batches["0.5.23"]["gloo"]
     assert gloo["extra"]["config"]["step_exchange"] == "gloo"
     first = {k: v for k, v in runs["0.5.23"]["metrics"].items() if k not in WALL_METRICS}
     assert first == {k: v for k, v in gloo["metrics"].items() if k not in WALL_METRICS}
@@ -220,10 +264,10 @@ def test_scheduler_defaults_come_from_the_release(
     assert "radix cache on" in " ".join(runs[version]["notes"])
 
 
-def test_thread_ranks_give_the_gloo_processes_numbers(runs, release_env, tmp_path):
+def test_thread_ranks_give_the_gloo_processes_numbers(runs, batches):
     """The in-process rank mode (sweeps' default) changes no simulated number, on the early and post-KV release."""
     for version in ("0.5.16", "0.5.23"):
-        threads = _twin(release_env(version), tmp_path / f"t{version}.json", rank_mode="threads")
+        threads = batches[version]["threads"]
         assert threads["extra"]["config"]["rank_mode"] == "threads"
         assert _simulated(threads) == _simulated(runs[version])
         assert (
@@ -232,20 +276,13 @@ def test_thread_ranks_give_the_gloo_processes_numbers(runs, release_env, tmp_pat
         )
 
 
-def test_ablation_arm_hides_the_delayer_from_chunk_continuations(release_env, tmp_path):
+def test_ablation_arm_hides_the_delayer_from_chunk_continuations(batches):
     """0.5.23 with add_chunked_req's report hidden: runs, says so, and keeps the post-KV placement.
 
     The same run swaps in 0.5.16's batch_is_full rule (the arm ``batch-is-full=always``):
     the result says the rule came from the flag, not from the release.
     """
-    r = _twin(
-        release_env("0.5.23"),
-        tmp_path / "ablation.json",
-        hide_delayer_from_chunked_req=True,
-        batch_is_full_rule="always",
-        skip_finishing_decode=False,
-        rank_mode="threads",
-    )
+    r = batches["0.5.23"]["ablation"]
     assert r["extra"]["config"]["scheduler"]["hide_delayer_from_chunked_req"] is True
     assert r["extra"]["twin_config"]["scheduler"]["skip_finishing_decode"] is False
     assert any("ablation arm" in n for n in r["notes"])
@@ -271,14 +308,9 @@ def test_injected_scenario_failure_fails_the_run(release_env, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
-def test_delayer_off_reports_no_delayer_metrics(release_env, tmp_path):
+def test_delayer_off_reports_no_delayer_metrics(batches):
     """Not measured is absent: no false reports, false-report mixed steps or delay passes without the delayer."""
-    r = _twin(
-        release_env("0.5.23"),
-        tmp_path / "off.json",
-        enable_prefill_delayer=False,
-        rank_mode="threads",
-    )
+    r = batches["0.5.23"]["off"]
     for name in (
         "false_prefillable_reports_count",
         "false_report_mixed_steps_count",
@@ -306,24 +338,14 @@ def _mid_chunk_reports(result: dict) -> Counter:
     return seen
 
 
-def test_a_rank_mid_chunk_offers_its_queue_every_pass_as_sglang_does(release_env, tmp_path):
+def test_a_rank_mid_chunk_offers_its_queue_every_pass_as_sglang_does(batches):
     """SGLang merges the last extend batch without the chunked request in flight; the batch
     shrank, so ``batch_is_full`` is reset and a rank mid-chunk offers its waiting requests to
     ``add_one_req`` every pass. On 0.5.16 (negotiation first) it then always tells the delayer
     "prefillable", as the real server's pass records show on long-prompt-burst (3,873 of
     3,873 rank-passes, 0.5.16, DP 4). The arm ``--no-chunk-merge-reset`` (the twin before the fix) kept
     the flag and had such ranks report "not prefillable"."""
-    env = release_env("0.5.16")
-    base = {"dp_size": 2, "rank_mode": "threads"}
-    fixed = _mid_chunk_reports(_twin(env, tmp_path / "fixed.json", **base, record_timeline=True))
-    arm = _mid_chunk_reports(
-        _twin(
-            env,
-            tmp_path / "arm.json",
-            **base,
-            record_timeline=True,
-            chunk_merge_resets_batch_is_full=False,
-        )
-    )
+    fixed = _mid_chunk_reports(batches["0.5.16"]["mid_chunk"])
+    arm = _mid_chunk_reports(batches["0.5.16"]["mid_chunk_arm"])
     assert fixed[1] > 0 and fixed[0] == 0
     assert arm[0] > 0

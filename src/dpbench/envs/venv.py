@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fcntl
+import fnmatch
+import functools
 import json
 import os
 import subprocess
@@ -13,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpbench.core.atomic import write_json
+from dpbench.core.atomic import atomic_open, write_json
 from dpbench.core.paths import cache_dir, project_root
 from dpbench.envs.pins import (
     TORCH_PAIR,
@@ -43,17 +45,84 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _pip(python: str | Path, *args: str, quiet: bool = True) -> None:
-    # --no-compile: pip would compile each step's files again after every reinstall (most of
-    # its CPU time); compile_bytecode writes the environment's bytecode once, at the end.
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile"]
+    """``pip install ARGS`` into ``python``'s environment, done by uv (``uv pip install``): the
+    same resolution from the same indexes as pip's configuration names, at a fraction of its
+    time (a release environment's CPU imports: 27 s with pip, ~3 s with uv). Files are copied
+    out of uv's cache, never hard-linked: a change's overlay rewrites SGLang's files in place.
+    No bytecode here: :func:`compile_bytecode` writes the environment's once, at the end."""
+    from uv import find_uv_bin
+
+    # best-match: pip's rule (the best version over every index), not uv's first index to list it
+    cmd = [find_uv_bin(), "pip", "install", "--python", str(python), "--link-mode", "copy",
+           "--index-strategy", "unsafe-best-match"]  # fmt: skip
     if quiet:
         cmd.append("-q")
-    cmd += list(args)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    cmd += [*_pip_config_args(), *args]
+    if "--target" not in args:  # an environment: torch and its GPU wheels come from the base
+        cmd += ["--overrides", str(_base_overrides())]
+    env = {**os.environ, "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(cache_dir() / "uv"))}
+    cert = _pip_config().get("cert")
+    if cert and "SSL_CERT_FILE" not in env:
+        env["SSL_CERT_FILE"] = cert
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise EnvError(
-            f"pip failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            f"uv pip install failed ({proc.returncode}): {' '.join(cmd)}\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
+
+
+# The torch base's GPU-sized distributions (``torch_base``, linked into every environment by
+# a .pth file): pip saw them there and installed none again; uv looks only at an environment's
+# own site-packages, so it is told they are not wanted (an override whose marker never holds).
+# pip installed nothing else of the base into an environment either (2026-12-06).
+BASE_ONLY = ("torch", "torchvision", "triton", "nvidia-*", "cuda-*")
+
+
+def _base_overrides() -> Path:
+    names = sorted(
+        {d.name.split("-")[0].replace("_", "-").lower() for d in torch_base().glob("*.dist-info")}
+    )
+    wanted = [n for n in names if any(fnmatch.fnmatch(n, p) for p in BASE_ONLY)]
+    path = cache_dir() / "uv-overrides-torch-base.txt"
+    text = "".join(f"{n} ; sys_platform == 'never'\n" for n in wanted)
+    if not path.exists() or path.read_text() != text:
+        with atomic_open(path) as fh:
+            fh.write(text)
+    return path
+
+
+@functools.cache
+def _pip_config() -> dict[str, str]:
+    """pip's effective configuration (``pip config list``: its files and ``PIP_*`` variables),
+    by option name, the environment's value over the files'."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+    ).stdout
+    found: dict[str, str] = {}
+    for line in sorted(out.splitlines(), key=lambda ln: ln.startswith(":env:")):
+        key, sep, value = line.partition("=")
+        if sep:
+            found[key.rsplit(".", 1)[-1]] = value.strip().strip("'\"")
+    return found
+
+
+def _pip_config_args() -> list[str]:
+    """uv's flags for the indexes, local wheel folders and constraints pip's configuration
+    names (uv reads no pip configuration); locations that do not exist are left out, as pip
+    ignores them."""
+    cfg = _pip_config()
+    args: list[str] = []
+    for key, flag in (("index-url", "--index-url"), ("extra-index-url", "--extra-index-url"),
+                      ("find-links", "--find-links"), ("constraint", "-c")):  # fmt: skip
+        for value in cfg.get(key, "").split():
+            local = value.removeprefix("file://")
+            if (local != value or not value.startswith(("http:", "https:"))) and not Path(
+                local
+            ).exists():
+                continue
+            args += [flag, value]
+    return args
 
 
 def compile_bytecode(python: str | Path, *dirs: Path) -> None:
@@ -159,7 +228,7 @@ def install_release(
     (site / "_dpbench_torch_base.pth").write_text(f"{base}\n")
     reqs = cpu_requirements(wheel)
     _pip(python, *reqs)
-    _pip(python, "--no-deps", "--force-reinstall", str(wheel))
+    _pip(python, "--no-deps", "--reinstall", str(wheel))
     if with_dpbench:
         _pip(python, "--no-deps", "-e", str(project_root()))
         # dpbench's own light dependencies, without disturbing the release's pins.
@@ -203,7 +272,7 @@ def install_source(python: str | Path, build_dir: Path) -> dict:
     site = _site_packages(python)
     (site / "_dpbench_torch_base.pth").write_text(f"{base}\n")
     _pip(python, *reqs)
-    _pip(python, "--no-deps", "--no-build-isolation", "--force-reinstall", str(build_dir))
+    _pip(python, "--no-deps", "--no-build-isolation", "--reinstall", str(build_dir))
     compile_bytecode(python, site)
     return {
         "sglang": version,
