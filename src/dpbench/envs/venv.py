@@ -47,13 +47,16 @@ def _locked(path: Path) -> Iterator[None]:
 def _pip(python: str | Path, *args: str, quiet: bool = True) -> None:
     """``pip install ARGS`` into ``python``'s environment, done by uv (``uv pip install``): the
     same resolution from the same indexes as pip's configuration names, at a fraction of its
-    time (a release environment's CPU imports: 27 s with pip, ~3 s with uv). Files are copied
-    out of uv's cache, never hard-linked: a change's overlay rewrites SGLang's files in place.
+    time (a release environment's CPU imports: 27 s with pip, ~3 s with uv). Files are hard
+    links into uv's cache (``.cache/uv``), as a change's environment links its base's: nothing
+    writes an installed file in place (the overlay, bytecode and stamps replace theirs), and
+    the torch base and three environments then hold their files once (8.7 GB of cache beside
+    them when copied).
     No bytecode here: :func:`compile_bytecode` writes the environment's once, at the end."""
     from uv import find_uv_bin
 
     # best-match: pip's rule (the best version over every index), not uv's first index to list it
-    cmd = [find_uv_bin(), "pip", "install", "--python", str(python), "--link-mode", "copy",
+    cmd = [find_uv_bin(), "pip", "install", "--python", str(python), "--link-mode", "hardlink",
            "--index-strategy", "unsafe-best-match"]  # fmt: skip
     if quiet:
         cmd.append("-q")
