@@ -44,8 +44,13 @@ PSI_CPU = Path("/proc/pressure/cpu")
 # limited: lower-priority work beside the run counts there too) read 1-4 %. Beside three jobs
 # (load 7.7; PSI 51 % over a minute) a Mooncake window run missed the replay by +26 % TTFT
 # at the scheduler with device idle 0.7 %; its run-queue wait was not yet recorded, so the
-# limit is set well above the quiet figure, not calibrated on a contended run.
-RUN_QUEUE_WAIT_LIMIT = 0.40
+# limit was set at 0.40, well above the quiet figure. Calibrated on 2026-12-06, the smoke trace
+# on 0.5.23 DP 2, real clock, group device sync (virtual time reads 168 ms of TTFT at the
+# scheduler): alone 0.045 and 0.055 (TTFT 173, 178 ms); beside two busy loops 0.10 (180 ms);
+# beside four 0.12 (196 ms, +17 %); beside three pytest workers of `make test` 0.31 (269 ms,
+# +60 %), which 0.40 called valid. The limit is now 0.20: the contended run is flagged, the
+# quiet and mildly loaded runs are not.
+RUN_QUEUE_WAIT_LIMIT = 0.20
 
 
 def cpu_pressure_total_us() -> int | None:
@@ -143,6 +148,10 @@ class Limit:
     most: float
     spoils: str  # "scheduling" | "client" | "load"
     why: str
+    # the steps running late against the device's wall-clock time: on the virtual clock the
+    # device waits for the scheduler by design (a virtual-clock smoke run's main threads
+    # waited 38 % of the run with identical results each replay), so the limit does not apply
+    wall_clock_only: bool = False
 
 
 LIMITS: tuple[Limit, ...] = (
@@ -152,6 +161,7 @@ LIMITS: tuple[Limit, ...] = (
         "scheduling",
         "the virtual device waited for the scheduler's CPU work this often before a decode "
         "step: the steps ran late, so every timing is the CPU's",
+        wall_clock_only=True,
     ),
     Limit(
         "server_main_thread_wait_fraction",
@@ -160,6 +170,7 @@ LIMITS: tuple[Limit, ...] = (
         "a server process's main thread (a scheduler's event loop, the DP controller, the "
         "tokenizer) waited for a CPU this share of the run: the machine delayed the server, "
         "so its steps drifted from their simulated clock",
+        wall_clock_only=True,
     ),
     Limit(
         "first_token_return_ms_p99",
@@ -240,6 +251,7 @@ class Health:
     spoiled: set[str] = field(default_factory=set)  # of SCOPES
     broken: list[str] = field(default_factory=list)  # one line per broken limit
     unchecked: list[str] = field(default_factory=list)  # metrics the run does not report
+    exempt: list[str] = field(default_factory=list)  # limits that do not apply (virtual clock)
 
     @property
     def valid(self) -> bool:
@@ -256,6 +268,7 @@ class Health:
             **{f"{scope}_valid": self.valid_for(scope) for scope in SCOPES},
             "broken": self.broken,
             "unchecked": self.unchecked,
+            "exempt": self.exempt,
             "limits": {lim.metric: lim.most for lim in LIMITS},
         }
 
@@ -264,7 +277,11 @@ def check(result: dict[str, Any]) -> Health:
     """The health of one server run result (``dpbench.core.results`` schema)."""
     h = Health()
     metrics = result.get("metrics", {})
+    virtual = result.get("extra", {}).get("executor", {}).get("clock") == "virtual"
     for lim in LIMITS:
+        if virtual and lim.wall_clock_only:
+            h.exempt.append(lim.metric)
+            continue
         m = metrics.get(lim.metric)
         value = float(m["value"]) if m is not None and m.get("value") is not None else math.nan
         if math.isnan(value):
