@@ -99,9 +99,12 @@ def _base_overrides() -> Path:
 def _pip_config() -> dict[str, str]:
     """pip's effective configuration (``pip config list``: its files and ``PIP_*`` variables),
     by option name, the environment's value over the files'."""
-    out = subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
-    ).stdout
+    )
+    if proc.returncode != 0:  # else uv would run on its defaults, past this machine's indexes
+        raise EnvError(f"`pip config list` failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    out = proc.stdout
     found: dict[str, str] = {}
     for line in sorted(out.splitlines(), key=lambda ln: ln.startswith(":env:")):
         key, sep, value = line.partition("=")
@@ -119,10 +122,8 @@ def _pip_config_args() -> list[str]:
     for key, flag in (("index-url", "--index-url"), ("extra-index-url", "--extra-index-url"),
                       ("find-links", "--find-links"), ("constraint", "-c")):  # fmt: skip
         for value in cfg.get(key, "").split():
-            local = value.removeprefix("file://")
-            if (local != value or not value.startswith(("http:", "https:"))) and not Path(
-                local
-            ).exists():
+            remote = value.startswith(("http:", "https:"))
+            if not remote and not Path(value.removeprefix("file://")).exists():
                 continue
             args += [flag, value]
     return args
