@@ -130,24 +130,20 @@ def _pip_config_args() -> list[str]:
 
 
 def compile_bytecode(python: str | Path, *dirs: Path) -> None:
-    """Write the .pyc of every module under ``dirs`` once, at build time.
+    """Write the .pyc of every module under ``dirs`` once, at build time (:mod:`.bytecode`).
 
-    Python writes a module's bytecode on its first import unless told not to, and this
-    machine's image (like many CI images) exports ``PYTHONDONTWRITEBYTECODE=1``: then every
-    process compiles everything it imports from source, every time. A server start-up
-    imports SGLang, torch and transformers in five or more processes (16 s of CPU each
-    on these cores against 7 s from bytecode), and so does every twin and probe
-    subprocess. ``compileall`` writes regardless of that variable (~15 s for an
-    environment on 2 cores)."""
-    dirs = tuple(str(d) for d in dirs if Path(d).is_dir())
-    if not dirs:
-        return
-    cmd = [str(python), "-m", "compileall", "-q", "-j", "0", *dirs]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    # status 1: some file did not compile (a test fixture in Python 2 syntax in some
-    # package), named on stdout and skipped, as pip's own compile step skips it
-    if proc.returncode not in (0, 1):
-        raise EnvError(f"compileall failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    This machine's image (like many CI images) exports ``PYTHONDONTWRITEBYTECODE=1``: without
+    bytecode on disk every process compiles everything it imports from source, every time.
+    A server start-up imports SGLang, torch and transformers in five or more processes (16 s
+    of CPU each on these cores against 7 s from bytecode), and so does every twin and probe
+    subprocess. Code compiled before (the same file content, in any environment) is reused."""
+    from dpbench.envs.bytecode import BytecodeError
+    from dpbench.envs.bytecode import compile_bytecode as compile_
+
+    try:
+        compile_(python, *dirs)
+    except BytecodeError as exc:
+        raise EnvError(str(exc)) from exc
 
 
 def wheel_path(version: str) -> Path:
