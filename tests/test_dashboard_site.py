@@ -82,8 +82,8 @@ def suite_run(tmp_path_factory):
                 r"^workloads\.KVPlanning",  # parametrised, timed with repeats: real 99 % CI bands
                 "-a",
                 "repeat=3",
-                "--launch-method",
-                "spawn",
+                "--launch-method",  # the main job's: one import per commit, each benchmark forked
+                "forkserver",
                 "--machine",
                 MACHINE,
                 "--show-stderr",

@@ -261,6 +261,19 @@ def twin_config(
     return make_config(**{**values, **(modes or {})})
 
 
+@dataclasses.dataclass(frozen=True)
+class TwinJob:
+    """One twin run of a fidelity report: the setting, where its result goes, and (when
+    replaying) the server run whose arrivals it replays and that run's idle-pass time."""
+
+    inp: Inputs
+    out: Path
+    replay: Path | None = None
+    idle_pass_ms: float | None = None
+    timeline: bool = False
+    modes: dict[str, Any] | None = None
+
+
 def run_twin(
     inp: Inputs,
     out: Path,
@@ -273,25 +286,39 @@ def run_twin(
 ) -> dict[str, Any]:
     """The twin in the release's environment (a job file for ``python -m dpbench.twin.run``);
     ``timeline`` keeps its per-step records (the divergence finder reads them)."""
+    (result,) = run_twins([TwinJob(inp, out, replay, idle_pass_ms, timeline, modes)], python)
+    return result
+
+
+def run_twins(jobs: list[TwinJob], python: str) -> list[dict[str, Any]]:
+    """Several twin runs in one process of the release's environment, one after another:
+    SGLang's scheduler is imported once for all of them (~11 s of CPU per process here)."""
     from dpbench.twin.job import write_job
 
-    config = twin_config(inp, replay, idle_pass_ms, timeline=timeline, modes=modes)
-    job = write_job(out.with_name(out.stem + ".job.json"), inp.spec, config)
-    args = [python, "-m", "dpbench.twin.run", str(job), "-o", str(out)]
+    files, args = [], [python, "-m", "dpbench.twin.run"]
+    for job in jobs:
+        config = twin_config(
+            job.inp, job.replay, job.idle_pass_ms, timeline=job.timeline, modes=job.modes
+        )
+        files.append(write_job(job.out.with_name(job.out.stem + ".job.json"), job.inp.spec, config))
+    args += [str(f) for f in files]
+    for job in jobs:
+        args += ["-o", str(job.out)]
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     try:
         proc = subprocess.run(
             args, capture_output=True, text=True, cwd=project_root(), env=env, timeout=1800
         )
     finally:
-        job.unlink(missing_ok=True)
+        for f in files:
+            f.unlink(missing_ok=True)
     if proc.returncode != 0:
         last = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         raise FidelityError(
-            f"the twin failed under SGLang {inp.release} (status {proc.returncode}): "
-            f"{last[-1] if last else 'no output'}"
+            f"the twin failed under SGLang {jobs[0].inp.release} (status {proc.returncode}): "
+            f"{' / '.join(last[-2:]) if last else 'no output'}"
         )
-    return results.load(out)
+    return [results.load(job.out) for job in jobs]
 
 
 def run_server(inp: Inputs, out: Path, log_dir: Path) -> dict[str, Any]:
@@ -511,7 +538,9 @@ def run_on_one_server(inps: list[Inputs], *, out_dir: Path | None = None) -> lis
     out_dir = out_dir or results_dir() / "fidelity"
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    twins = [run_twin(inp, out_dir / f"{run_stem(inp)}-twin.json", python) for inp in inps]
+    twins = run_twins(
+        [TwinJob(inp, out_dir / f"{run_stem(inp)}-twin.json") for inp in inps], python
+    )
     t_twin = time.monotonic() - t0
     log_dir = out_dir / "server-logs"
     server = prepare(server_options(first, log_dir))
@@ -528,17 +557,40 @@ def run_on_one_server(inps: list[Inputs], *, out_dir: Path | None = None) -> lis
             )
     clients = [prep for inp, prep in zip(inps, preps, strict=True) for _ in range(inp.repeats)]
     runs = execute_replays(server, len(clients), clients=clients)
-    reports, at = [], 0
-    for inp, twin in zip(inps, twins, strict=True):
+    settings, at = [], 0
+    for inp in inps:
         stem = run_stem(inp)
         paths = [out_dir / f"{stem}-server-r{i}.json" for i in range(inp.repeats)]
         servers = runs[at : at + inp.repeats]
         at += inp.repeats
         for path, result in zip(paths, servers, strict=True):
             results.save(path, result)
+            check_complete(result, path)  # before a twin replays its arrivals
+        settings.append((inp, paths, servers))
+    # every setting's replays of its server runs in one twin process
+    jobs = [
+        job
+        for inp, paths, servers in settings
+        for job in _replay_jobs(inp, out_dir, paths, servers)
+    ]
+    replays = iter(run_twins(jobs, python))
+    reports = []
+    for (inp, paths, servers), twin in zip(settings, twins, strict=True):
         others = [run_stem(o) for o in inps if o is not inp]
+        mine = [next(replays) for _ in servers]
         reports.append(
-            _report(inp, out_dir, python, twin, t_twin, t0, paths, servers, shared_with=others)
+            _report(
+                inp,
+                out_dir,
+                python,
+                twin,
+                t_twin,
+                t0,
+                paths,
+                servers,
+                shared_with=others,
+                replays=mine,
+            )
         )
     return reports
 
@@ -569,6 +621,28 @@ def report_runs(
     )
 
 
+def _replay_jobs(
+    inp: Inputs,
+    out_dir: Path,
+    paths: list[Path],
+    servers: list[dict[str, Any]],
+    stem: str | None = None,
+) -> list[TwinJob]:
+    """The twin on each server run's own arrivals, its idle passes as long as that server's
+    event loop took to come round with no batch anywhere and requests waiting (measured by
+    the stand-in; absent if that never happened: the twin keeps its default)."""
+    stem = stem or run_stem(inp)
+    return [
+        TwinJob(
+            inp,
+            out_dir / f"{stem}-twin-replay-r{i}.json",
+            replay=path,
+            idle_pass_ms=server_idle_pass_ms(srv, inp.dp),
+        )
+        for i, (path, srv) in enumerate(zip(paths, servers, strict=True))
+    ]
+
+
 def _report(
     inp: Inputs,
     out_dir: Path,
@@ -582,27 +656,18 @@ def _report(
     shared_with: list[str] | None = None,
     stem: str | None = None,
     made_by: str | None = None,
+    replays: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The twin on each server run's arrivals, the rows and the instrument's health: the report
     (``shared_with``: the settings whose replays ran against the same server start-up;
-    ``stem``: its files' name, default :func:`run_stem`; ``made_by``: what ran the server)."""
+    ``stem``: its files' name, default :func:`run_stem`; ``made_by``: what ran the server;
+    ``replays``: the twin's replays of ``servers``, when already run with other settings')."""
     stem = stem or run_stem(inp)
     for path, srv in zip(paths, servers, strict=True):
         check_complete(srv, path)
-    replay_paths = [out_dir / f"{stem}-twin-replay-r{i}.json" for i in range(inp.repeats)]
-    # the twin on each server run's own arrivals, its idle passes as long as that server's
-    # event loop took to come round with no batch anywhere and requests waiting (measured
-    # by the stand-in; absent if that never happened: the twin keeps its default)
-    replays = [
-        run_twin(
-            inp,
-            out,
-            python,
-            replay=path,
-            idle_pass_ms=server_idle_pass_ms(srv, inp.dp),
-        )
-        for out, path, srv in zip(replay_paths, paths, servers, strict=True)
-    ]
+    replay_paths = [job.out for job in _replay_jobs(inp, out_dir, paths, servers, stem)]
+    if replays is None:
+        replays = run_twins(_replay_jobs(inp, out_dir, paths, servers, stem), python)
     healths = [check(srv) for srv in servers]
     report = {
         "inputs": to_dict(inp),

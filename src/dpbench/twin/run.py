@@ -450,29 +450,47 @@ def run_job(
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m dpbench.twin.run", description=__doc__.splitlines()[0]
+        prog="python -m dpbench.twin.run",
+        description=__doc__.splitlines()[0],
+        epilog="Several jobs (JOB1 JOB2 -o OUT1 -o OUT2) run one after another in this "
+        "process: SGLang is imported once for all of them. The first that fails stops the rest.",
     )
-    p.add_argument("job", help="a twin job file (dpbench.twin.job.write_job): spec, inputs, config")
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument(
+        "job", nargs="+", help="a twin job file (dpbench.twin.job.write_job): spec, inputs, config"
+    )
+    p.add_argument("-o", "--output", action="append", required=True, help="one per job, in order")
     p.add_argument("--events", action="store_true", help="JSON progress lines on stdout")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if len(args.output) != len(args.job):
+        p.error(f"{len(args.job)} job(s) need as many -o outputs, got {len(args.output)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    for job, output in zip(args.job, args.output, strict=True):
+        status = _run_one(job, output, args.events)
+        if status != 0:
+            if len(args.job) > 1:
+                print(f"twin: job {job} failed; the jobs after it did not run", file=sys.stderr)
+            return status
+    return 0
+
+
+def _run_one(job: str, output: str, events: bool) -> int:
     from dpbench.core.results import save
     from dpbench.twin.job import read_job
     from dpbench.twin.ranks import TwinRankError
 
-    args = _parse(argv)
     try:
-        spec, config, inputs = read_job(args.job)
+        spec, config, inputs = read_job(job)
     except ValueError as exc:
         print(json.dumps({"event": "error", "rank": None, "message": str(exc)}), flush=True)
         print(f"twin: {exc}", file=sys.stderr)
         return 2
 
     def emit(done: int, total: int, steps: int, sim: float) -> None:
-        if args.events:
+        if events:
             print(
                 json.dumps(
                     {
@@ -501,9 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("twin interrupted; every rank process was stopped", file=sys.stderr)
         return 130
-    save(args.output, result)
-    if args.events:
-        print(json.dumps({"event": "done", "output": str(args.output)}), flush=True)
+    save(output, result)
+    if events:
+        print(json.dumps({"event": "done", "output": str(output)}), flush=True)
     return 0
 
 
