@@ -120,4 +120,6 @@ def test_a_change_runs_where_its_base_runs_and_its_cost_is_printed_apart():
     (line,) = mainplan.change_lines([("revert-31835", "0.5.17")])
     share = mainplan.change_share_s()
     assert max(mainplan.REFERENCE.values()) < share < sum(mainplan.REFERENCE.values())
-    assert line.startswith("change revert-31835 on 0.5.17") and f"about {share / 60:.0f} min" in line
+    assert (
+        line.startswith("change revert-31835 on 0.5.17") and f"about {share / 60:.0f} min" in line
+    )
