@@ -93,3 +93,20 @@ def test_a_file_that_does_not_compile_is_skipped_as_pip_skips_it(tmp_path):
     got = compile_bytecode(sys.executable, tree, store_root=tmp_path / "store")
     assert (got.compiled, got.restored, got.fresh) == (3, 0, 0)
     assert not Interpreter.of(sys.executable).pyc(tree / "pkg/py2.py").exists()
+
+
+def test_two_builds_at_once_in_one_process_write_the_same_entries(tmp_path):
+    """``dpbench env create --jobs 2``: two environments build in threads of one process and
+    keep the same files' code at once (a shared temporary name once lost one rename)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = tmp_path / "store"
+    trees = []
+    for i in range(4):  # the same 300 modules in each tree
+        trees.append(_tree(tmp_path / f"t{i}", 1_600_000_000))
+        for k in range(300):
+            (trees[-1] / f"pkg/m{k}.py").write_text(f"VALUE = {k}\n")
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda t: compile_bytecode(sys.executable, t, store_root=store), trees))
+    assert all(g.compiled + g.restored == 303 for g in got), got
+    assert sorted(p.name for p in store.rglob("*") if p.is_file() and p.name.startswith(".")) == []

@@ -23,6 +23,7 @@ import hashlib
 import os
 import struct
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,11 +84,18 @@ def _sources(dirs: tuple[Path, ...]) -> Iterator[Path]:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Atomically (a rename), as importlib writes its own ``.pyc`` files."""
+    """Atomically (a rename), as importlib writes its own ``.pyc`` files; a temporary name of
+    its own, since two builds (threads of one process too) may write the same entry."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class Store:
