@@ -147,6 +147,9 @@ def test_the_server_environment_hooks_every_process_and_binds_one_core_per_rank(
     assert omp_bind(4, cores=2) == "0|1|0|1" and omp_bind(1, cores=2, first_rank=1) == "1"
     with pytest.raises(ValueError, match="time_scale"):
         SimForwardConfig(record_dir="x", cost_factory="m:f", time_scale=0)
+    assert conf.start_method == "fork"  # SGLang's processes fork from the launcher
+    with pytest.raises(ValueError, match="start_method must be fork or spawn, got 'forkserver'"):
+        SimForwardConfig(record_dir="x", cost_factory="m:f", start_method="forkserver")
 
 
 def test_the_rank_cost_charges_a_rank_its_own_attention_and_everyones_moe():

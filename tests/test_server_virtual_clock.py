@@ -128,3 +128,42 @@ def test_another_seed_replays_against_the_same_start_up_and_records_its_seed(vir
     ]
     assert other["metrics"]["errors_total"]["value"] == 0
     assert other["metrics"]["steps_count"]["value"] > 0
+
+
+def _started(result) -> list[dict]:
+    steps = _records(result)
+    return [_jsonl(steps / f"process-rank{r}.jsonl")[0] for r in range(2)]
+
+
+def test_sglang_s_own_spawned_processes_make_the_same_run_as_forked_ones(virtual, tmp_path):
+    """The simulated-forward server forks SGLang's DP controller, schedulers and detokenizer
+    from its launcher (``start_method``: none of them then imports SGLang anew, ~11 s of CPU
+    each). SGLang's own ``spawn`` must make the same run: same metrics, same steps."""
+    _, results, _ = virtual
+    spawned = _late(
+        prepare(
+            sim_options(
+                "0.5.23", tmp_path, clock="virtual", max_requests=16,
+                pass_charge_ms=CHARGE_MS, start_method="spawn",
+            )
+        )
+    )  # fmt: skip
+    (again,) = execute_replays(spawned, 1)
+    forked = results[0]
+    assert [p["start_method"] for p in _started(forked)] == ["fork", "fork"]
+    assert [p["start_method"] for p in _started(again)] == ["spawn", "spawn"]
+    assert forked["extra"]["run_options"]["start_method"] == "fork"
+    assert again["extra"]["run_options"]["start_method"] == "spawn"
+    for key in ("dp_mixed_step_fraction", "steps_count", "ttft_ms_p50", "ttft_ms_p99",
+                "itl_ms_p50", "tpot_ms_p99", "e2e_ms_p99"):  # fmt: skip
+        want = forked["metrics"][key]["value"]
+        assert again["metrics"][key]["value"] == pytest.approx(want, rel=1e-9, abs=1e-9), key
+    t1 = results[1]["extra"]["replay"]["from_t"]  # the forked server's first replay ends here
+
+    def shape(ranks, until):
+        return [[(s["kind"], s["bs"], s["extend_tokens"]) for s in rank if s["t"] < until]
+                for rank in ranks]  # fmt: skip
+
+    assert shape(read_records(_records(again), 2), float("inf")) == shape(
+        read_records(_records(forked), 2), t1
+    )

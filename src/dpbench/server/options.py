@@ -23,6 +23,9 @@ ServerClock = Literal["real", "virtual"]
 CLOCKS: tuple[str, ...] = get_args(ServerClock)
 DeviceSync = Literal["own", "group"]
 DEVICE_SYNCS: tuple[str, ...] = get_args(DeviceSync)
+# fork: SGLang's processes fork from its launcher (simulated forward only); spawn: SGLang's own
+StartMethod = Literal["fork", "spawn"]
+START_METHODS: tuple[str, ...] = get_args(StartMethod)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +182,14 @@ class RunOptions:
             "back while no rank runs a forward (0: its CPU work takes no virtual time)"
         },
     )
+    start_method: StartMethod = field(
+        default="fork",
+        metadata={
+            "help": "simulated forward: SGLang's DP controller, schedulers and detokenizer fork "
+            "from its launcher, which already imported SGLang (fork), or each imports it anew "
+            "as SGLang does for CUDA (spawn, ~11 s of CPU a process)"
+        },
+    )
     sglang: str | None = field(
         default=None,
         metadata={
@@ -235,6 +246,10 @@ class RunOptions:
         self._check_clock()
         if self.dispatch not in DISPATCHES:
             raise RunOptionsError(f"dispatch must be one of {DISPATCHES}, got {self.dispatch!r}")
+        if self.start_method not in START_METHODS:
+            raise RunOptionsError(
+                f"start_method must be one of {START_METHODS}, got {self.start_method!r}"
+            )
 
     def _check_clock(self) -> None:
         if self.clock not in CLOCKS:

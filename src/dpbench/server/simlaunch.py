@@ -71,6 +71,7 @@ def sim_launch(prep: Prepared, log: Path) -> SimLaunch:
         clock=opts.clock,
         device_sync=opts.sync,
         pass_charge_s=opts.pass_charge_ms / 1e3,
+        start_method=opts.start_method,
     )
     path = conf.write(run_dir / "simforward.json")
     if opts.clock == "virtual":  # created before any process maps it
@@ -100,6 +101,7 @@ def _executor(opts: RunOptions, described: dict[str, Any]) -> dict[str, Any]:
         "clock": opts.clock,
         "device_sync": opts.sync,
         "pass_charge_ms": opts.pass_charge_ms,
+        "start_method": opts.start_method,
         "forward_timing": "slept on the scheduler thread"
         if opts.serial_forward
         else "virtual device (launch returns; results wait for the device)",

@@ -64,6 +64,16 @@ class SimForwardConfig:
         },
     )
 
+    start_method: str = field(
+        default="fork",
+        metadata={
+            "help": "how SGLang starts its DP controller, schedulers and detokenizer: fork (from "
+            "the launcher, which already imported SGLang: no CPU-only stand-in needs a fresh "
+            "interpreter) or spawn (SGLang's own choice, which CUDA needs; each process then "
+            "imports SGLang anew, ~11 s of CPU)"
+        },
+    )
+
     @property
     def clock_file(self) -> Path:
         return Path(self.record_dir) / "virtual-clock.f64"
@@ -82,6 +92,8 @@ class SimForwardConfig:
                 "the virtual clock needs device_sync='group' and the virtual device (a rank "
                 "blocked in a collective must never wait on a rank whose device ends later)"
             )
+        if self.start_method not in ("fork", "spawn"):
+            raise ValueError(f"start_method must be fork or spawn, got {self.start_method!r}")
         if not 0 <= self.pass_charge_s < 10:
             raise ValueError(f"pass_charge_s must be in [0, 10) seconds, got {self.pass_charge_s}")
         if self.pass_charge_s and self.clock != "virtual":

@@ -67,6 +67,14 @@ REGISTRY: tuple[Hook, ...] = (
         requires=("use_pynccl", "use_custom_allreduce"),
     ),
     Hook(
+        "sglang.srt.entrypoints.engine",
+        "_set_envs_and_config",
+        "SGLang spawns its processes for CUDA's sake, each importing SGLang anew (~11 s of CPU); "
+        "with no CUDA they fork from the launcher, which already holds SGLang (start_method)",
+        standin.start_method,
+        requires=("server_args",),
+    ),
+    Hook(
         "sglang.srt.managers.data_parallel_controller",
         "DataParallelController.event_loop",
         "its non-blocking receive spins a core (a GPU host gives it one); here an empty "

@@ -196,6 +196,28 @@ def controller_waits(original: Any, module: ModuleType) -> Any:
     return event_loop
 
 
+# -- how SGLang starts its processes --------------------------------------------------
+def start_method(original: Any, module: ModuleType) -> Any:
+    """SGLang sets ``spawn`` for every process it starts (CUDA cannot be forked), so each of a
+    server's DP controller, schedulers and detokenizer imports torch, transformers and SGLang
+    anew: ~11 s of CPU each, most of a small server's start-up on two cores. Nothing here
+    touches CUDA, so under ``start_method='fork'`` the launcher's children (and the DP
+    controller's schedulers) are forked from a process that has already imported SGLang,
+    hooks applied. Every process still runs SGLang's own code from its own entry point."""
+
+    @functools.wraps(original)
+    def _set_envs_and_config(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        method = SimForwardConfig.from_env().start_method
+        if method != "spawn":
+            import multiprocessing
+
+            multiprocessing.set_start_method(method, force=True)
+        return result
+
+    return _set_envs_and_config
+
+
 # -- the forward -----------------------------------------------------------------------
 def _load_factory(ref: str) -> Any:
     mod, _, fn = ref.partition(":")
@@ -276,6 +298,7 @@ class RankState:
             if self.config.virtual_device and self.rank < self.config.dp_size
             else None
         )
+        _PROCESS.write(_process_record())
 
     def logits(self, rows: int) -> Any:
         import torch
@@ -428,6 +451,19 @@ class _RankLog:
 _ARRIVALS = _RankLog("arrivals")  # {"rid", "t"}: a request taken in by this scheduler
 _IDLE_PASSES = _RankLog("idle-passes")  # {"t", "s"}: a pass with no batch anywhere, work waiting
 _PASSES = _RankLog("passes")  # PassRecorder: one line per scheduler pass with work
+_PROCESS = _RankLog("process")  # one line per scheduler process: how it was started
+
+
+def _process_record() -> dict[str, Any]:
+    """How this scheduler process was started: ``fork`` or ``spawn`` (a spawned process's
+    start method is its parent's, set before it imports anything), and its pid and parent."""
+    import multiprocessing
+
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "start_method": multiprocessing.get_start_method(allow_none=True),
+    }
 
 
 def log_arrival(original: Any, module: ModuleType) -> Any:
