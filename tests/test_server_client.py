@@ -299,3 +299,59 @@ def test_prefix_hits_are_sglangs_cached_tokens_and_absent_when_unsaid():
     # a server that does not say (no meta_info.cached_tokens): not measured, so absent
     unsaid = [out("a", 0, 1000, None), out("b", 0, 1000, 512)]
     assert "prefix_hit_rate" not in summarize(load(unsaid))
+
+
+class _RunningVirtualClock:
+    """A virtual load clock that moves on whenever it is read (as the shared clock may once
+    a token is counted), paced like the wall clock otherwise."""
+
+    virtual = True
+
+    def __init__(self) -> None:
+        import time
+
+        self.t0, self.reads = time.perf_counter(), 0
+        self.token_times: list[float] = []
+
+    def now(self) -> float:
+        import time
+
+        self.reads += 1
+        return time.perf_counter() - self.t0 + self.reads  # one virtual second a read
+
+    def begin(self) -> float:
+        return self.now()
+
+    def end(self) -> float:
+        return self.now()
+
+    async def sleep_until(self, t: float) -> None:
+        return None
+
+    def sending(self, next_send: float | None) -> None:
+        return None
+
+    def tokens(self, n: int) -> None:
+        self.token_times.append(self.now())
+
+
+def test_a_virtual_request_ends_at_its_last_token_not_when_done_is_read():
+    """On the virtual clock nothing holds the clock between a request's last token and its
+    ``[DONE]``: the end read there would move with this machine's timing. It is the last
+    token's arrival instead; the wall clock still reads the end after ``[DONE]``."""
+    cfg = DoubleConfig(first_token_delay_s=0.0, itl_s=0.0, dp_size=1)
+    with DoubleThread(cfg) as d:
+        clock = _RunningVirtualClock()
+        res = asyncio.run(
+            drive(
+                _requests(1, out_tokens=3),
+                Schedule(offsets_s=np.array([0.0])),
+                base_url=d.base_url,
+                clock=clock,
+            )
+        )
+    (o,) = res.outcomes
+    assert o.ok, o.error
+    # each token chunk is read once before its count: the last chunk's read is the end
+    assert o.ttft_s is not None and o.e2e_s == pytest.approx(o.ttft_s + sum(o.itl_s))
+    assert clock.reads > 0 and o.e2e_s < clock.reads - 1
