@@ -13,6 +13,7 @@ from typing import Literal, get_args
 
 from dpbench.server.errors import RunOptionsError
 from dpbench.server.stats import Slo
+from dpbench.sglang_compat.simforward.config import START_METHODS, StartMethod
 from dpbench.twin.profiles import COST_PROFILES, DEFAULT_PROFILE, CostProfile
 
 # round_robin: SGLang's DP controller; cache_aware: the load client routes (SGLang's router)
@@ -23,9 +24,6 @@ ServerClock = Literal["real", "virtual"]
 CLOCKS: tuple[str, ...] = get_args(ServerClock)
 DeviceSync = Literal["own", "group"]
 DEVICE_SYNCS: tuple[str, ...] = get_args(DeviceSync)
-# fork: SGLang's processes fork from its launcher (simulated forward only); spawn: SGLang's own
-StartMethod = Literal["fork", "spawn"]
-START_METHODS: tuple[str, ...] = get_args(StartMethod)
 
 
 @dataclass(frozen=True, kw_only=True)

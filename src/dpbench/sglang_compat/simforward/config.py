@@ -6,9 +6,12 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 CONFIG_ENV = "DPBENCH_SIMFORWARD"
+# fork: SGLang's processes fork from its launcher; spawn: SGLang's own (CUDA needs it)
+StartMethod = Literal["fork", "spawn"]
+START_METHODS: tuple[str, ...] = get_args(StartMethod)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +67,7 @@ class SimForwardConfig:
         },
     )
 
-    start_method: str = field(
+    start_method: StartMethod = field(
         default="fork",
         metadata={
             "help": "how SGLang starts its DP controller, schedulers and detokenizer: fork (from "
@@ -92,7 +95,7 @@ class SimForwardConfig:
                 "the virtual clock needs device_sync='group' and the virtual device (a rank "
                 "blocked in a collective must never wait on a rank whose device ends later)"
             )
-        if self.start_method not in ("fork", "spawn"):
+        if self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be fork or spawn, got {self.start_method!r}")
         if not 0 <= self.pass_charge_s < 10:
             raise ValueError(f"pass_charge_s must be in [0, 10) seconds, got {self.pass_charge_s}")
