@@ -68,6 +68,47 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: at[item.path.name])  # stable: a file's own order is kept
 
 
+# One zygote per release environment for the whole session (dpbench.envs.zygote): the twin's
+# runs, the placement probes and the tests' own probes fork from a process that imported SGLang
+# once, instead of importing it (~11 s of CPU) each. DPBENCH_TEST_ZYGOTE=0 turns it off.
+def pytest_configure(config):
+    if hasattr(config, "workerinput") or os.environ.get("DPBENCH_TEST_ZYGOTE") == "0":
+        return
+    if os.environ.get("DPBENCH_ZYGOTE_DIR"):
+        return  # an outer session's
+    import tempfile
+
+    from dpbench.envs import zygote
+
+    config._dpbench_zygotes = tempfile.mkdtemp(prefix="dpbench-zygote-")
+    os.environ[zygote.ENV_DIR] = config._dpbench_zygotes
+    os.environ[zygote.ENV_OWNER] = str(os.getpid())
+
+
+def release_run(cmd, *, timeout: float, cwd=None, env=None):
+    """``subprocess.run(cmd, capture_output=True, text=True, …)`` for ``python -m``/``-c`` of a
+    release environment, forked from its zygote when the session has them. Not for code that
+    must run before SGLang is imported (simulated-forward hooks, Triton's interpreter)."""
+    from dpbench.envs import zygote
+
+    return zygote.run(
+        cmd, cwd=cwd or os.getcwd(), env=os.environ if env is None else env, timeout=timeout
+    )
+
+
+def pytest_unconfigure(config):
+    where = getattr(config, "_dpbench_zygotes", None)
+    if where:
+        import shutil
+
+        from dpbench.envs import zygote
+
+        zygote.stop_all(where)
+        shutil.rmtree(where, ignore_errors=True)
+        os.environ.pop(zygote.ENV_DIR, None)
+        os.environ.pop(zygote.ENV_OWNER, None)
+
+
 # Where the suite's CPU goes, by test (``DPBENCH_TEST_CPU_LOG=DIR``): one JSON line a test, per
 # worker, with the CPU its worker and the children it reaped used over the test's set-up, call
 # and tear-down (a module fixture's cost lands on its first test, its tear-down on its last).

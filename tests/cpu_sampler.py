@@ -28,6 +28,10 @@ KINDS = (
     ("server (SGLang's spawned processes)", "spawn_main"),
     ("bytecode (compileall)", "compileall"),
     ("asv", "asv"),
+    (
+        "zygote: one SGLang import per environment, and the runs forked from it",
+        "dpbench.envs.zygote",
+    ),
     ("twin subprocess", "dpbench.twin.run"),
     ("twin batch (tests)", "twin_batch"),
     ("Chromium", "chrom"),

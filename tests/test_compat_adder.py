@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 
 import pytest
+from conftest import release_run
 
 SCRIPT = textwrap.dedent("""
     import json
@@ -51,9 +51,7 @@ SCRIPT = textwrap.dedent("""
 )
 def test_adder_kit_in_release(version, generation, release_env):
     env = release_env(version)
-    proc = subprocess.run(
-        [str(env.python), "-c", SCRIPT], capture_output=True, text=True, timeout=300
-    )
+    proc = release_run([str(env.python), "-c", SCRIPT], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["generation"] == generation

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import linecache
 import re
-import subprocess
 import textwrap
 from types import SimpleNamespace
 
 import pytest
+from conftest import release_run
 
 from dpbench.sglang_compat.delayer import detect_generation
 from dpbench.sglang_compat.detect import UnsupportedSGLang, detect, observe, variant
@@ -272,9 +272,7 @@ def test_real_release_with_a_changed_signature_is_refused_by_the_probe(release_e
         from dpbench.placement import probe
         sys.exit(probe.main(["--json"]))
     """)
-    proc = subprocess.run(
-        [str(env.python), "-c", script], capture_output=True, text=True, timeout=300
-    )
+    proc = release_run([str(env.python), "-c", script], timeout=300)
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert proc.stdout == ""
     assert (

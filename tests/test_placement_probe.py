@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import release_run
 
 from dpbench.core import results
 
@@ -110,12 +111,9 @@ print(json.dumps(probe.build_result()))
 
 @pytest.mark.sglang
 def test_a_failed_static_reading_says_unknown_with_its_reason_never_a_count(release_env):
-    import subprocess
 
     env = release_env("0.5.23")
-    proc = subprocess.run(
-        [str(env.python), "-c", UNREADABLE_STATIC], capture_output=True, text=True, timeout=300
-    )
+    proc = release_run([str(env.python), "-c", UNREADABLE_STATIC], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     # no "0 KV exits" (which reads exactly like an early placement): the metric is absent

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import release_run
 
 from dpbench.core.paths import cache_dir
 from dpbench.envs.venv import env_path
@@ -111,9 +111,7 @@ def test_sglangs_own_parser_accepts_the_command():
         " 'prefill_delayer_max_delay_passes', 'max_total_tokens', 'load_format', 'skip_tokenizer_init',"
         " 'enable_metrics', 'attention_backend', 'chunked_prefill_size', 'kv_cache_dtype', 'port')}))\n"
     )
-    proc = subprocess.run(
-        [str(python), "-c", probe, json.dumps(args)], capture_output=True, text=True, timeout=300
-    )
+    proc = release_run([str(python), "-c", probe, json.dumps(args)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert parsed == {

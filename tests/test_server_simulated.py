@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import release_run
 from identity import TWIN_WALL_METRICS, stable
 from simserver import DPBENCH, SPEC, server_processes, server_sessions, sim_options
 
@@ -184,10 +185,10 @@ def test_scheduler_arrivals_are_recorded_and_the_twin_replays_them(sim_run, tmp_
     again = tmp_path / "again.json"
     # two jobs in one process (how the fidelity report runs its replays): the second run
     # repeats the first, so the first left nothing behind that moved it
-    proc = subprocess.run(
+    proc = release_run(
         [release_python(release), "-m", "dpbench.twin.run", str(job), str(job),
          "-o", str(out), "-o", str(again)],
-        capture_output=True, text=True, timeout=600,
+        timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     twin = results.load(out)
@@ -199,10 +200,10 @@ def test_scheduler_arrivals_are_recorded_and_the_twin_replays_them(sim_run, tmp_
 def test_the_twin_refuses_jobs_without_as_many_outputs(tmp_path):
     from dpbench.server.run import release_python
 
-    proc = subprocess.run(
+    proc = release_run(
         [release_python("0.5.23"), "-m", "dpbench.twin.run", "a.json", "b.json", "-o", "x.json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "2 job(s) need as many -o outputs, got 1" in proc.stderr
 

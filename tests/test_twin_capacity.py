@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 
 import pytest
+from conftest import release_run
 from twinjob import run_twin_jobs, twin_job
 
 from dpbench.metrics.latency import RequestLatency, Slo, latency_metrics
@@ -126,11 +126,8 @@ def test_a_faster_rate_queues_more_and_the_search_runs_on_the_real_twin(release_
         "config": to_dict(arm_base_config({"slo_ttft_ms": 3000.0, "slo_tpot_ms": 150.0})),
     }
     (tmp_path / "cap.job.json").write_text(json.dumps(job))
-    proc = subprocess.run(
-        [str(env.python), "-m", "dpbench.twin.capacity", str(tmp_path / "cap.job.json"), "-o",
-         str(tmp_path / "cap.json")],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+    proc = release_run([str(env.python), "-m", "dpbench.twin.capacity", str(tmp_path / "cap.job.json"), "-o",
+         str(tmp_path / "cap.json")], timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads((tmp_path / "cap.json").read_text())["rows"]
     rates = [p["rate_scale"] for p in row["points"]]

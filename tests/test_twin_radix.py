@@ -9,11 +9,11 @@ replay ``agentic-multiturn`` (two shared 4k-token preambles, multi-turn sessions
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 
 import numpy as np
 import pytest
+from conftest import release_run
 from twinjob import run_twin_jobs, twin_job
 
 VERSIONS = ("0.5.16", "0.5.23")
@@ -91,12 +91,7 @@ SCRIPT = textwrap.dedent("""
 def scenarios(release_env):
     out = {}
     for version in VERSIONS:
-        proc = subprocess.run(
-            [str(release_env(version).python), "-c", SCRIPT],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        proc = release_run([str(release_env(version).python), "-c", SCRIPT], timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out[version] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import release_run
 
 from dpbench.core.procs import alive, children
 
@@ -222,9 +223,7 @@ except TwinRankError as exc:
 def test_a_rank_that_raises_is_named_with_its_error(release_env):
     """A rank's exception reaches the parent as its message and traceback; every rank is reaped."""
     env = release_env("0.5.23")
-    proc = subprocess.run(
-        [str(env.python), "-c", _RAISING_RANKS], capture_output=True, text=True, timeout=300
-    )
+    proc = release_run([str(env.python), "-c", _RAISING_RANKS], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["rank"] in (0, 1)
@@ -296,10 +295,8 @@ def test_ablation_arm_hides_the_delayer_from_chunk_continuations(batches):
 
 def test_injected_scenario_failure_fails_the_run(release_env, tmp_path):
     env = release_env("0.5.23")
-    proc = subprocess.run(
+    proc = release_run(
         _command(env, tmp_path / "x.json", **SMALL),
-        capture_output=True,
-        text=True,
         timeout=300,
         env={**os.environ, "DPBENCH_INJECT_FAILURE": "twin"},
     )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
+from conftest import release_run
 
 from dpbench.core.paths import project_root
 from dpbench.workload.models import known_models, load_model_config
@@ -80,10 +80,8 @@ def test_sglang_model_config_reads_our_configs(release_env):
         "out['tiny_class'] = cls.__module__ + '.' + cls.__name__\n"
         "print(json.dumps(out))\n"
     )
-    proc = subprocess.run(
+    proc = release_run(
         [str(python), "-c", code, *SHIPPED],
-        capture_output=True,
-        text=True,
         timeout=300,
         cwd=project_root(),
     )

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
+
+from dpbench.envs import zygote
 
 
 def twin_job(
@@ -29,12 +30,11 @@ def run_twin_jobs(env: Any, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     where.mkdir()
     tests = str(Path(__file__).resolve().parent)
     path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
+    proc = zygote.run(
         [str(env.python), "-m", "twin_batch", str(where), *map(str, paths)],
-        capture_output=True,
-        text=True,
-        timeout=900 * len(jobs),
+        cwd=os.getcwd(),
         env={**os.environ, "PYTHONPATH": path},
+        timeout=900 * len(jobs),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((where / f"{i}.json").read_text()) for i in range(len(jobs))]
@@ -51,12 +51,10 @@ def run_twin_job(
 ) -> dict[str, Any]:
     """The run result of the twin on ``spec`` at DP 2 (rank threads) with ``options`` (the
     trace's ``seed``: the spec's unless given)."""
-    proc = subprocess.run(
+    proc = zygote.run(
         [str(env.python), "-m", "dpbench.twin.run", str(_write(spec, out, requests, seed, options)),
          "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
+        cwd=os.getcwd(), env=os.environ, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())

@@ -5,14 +5,13 @@
 and returns a ``CompletedProcess``. With ``on_line`` it streams: each stdout line is
 handed to the callback as it arrives (the twin's progress events) instead of being
 collected. A timeout, a callback that raises, or Ctrl-C kills the whole group and
-reaps it before the exception propagates.
+reaps it before the exception propagates. Under a test session the process is forked from
+the environment's zygote, which imported SGLang once (:mod:`.zygote`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import tempfile
 import threading
@@ -20,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dpbench.core.paths import project_root
+from dpbench.envs import zygote
 from dpbench.envs.resolve import ensure_env
 
 
@@ -33,17 +33,6 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra or {})}
     env.pop("VIRTUAL_ENV", None)
     return env
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def run_in_env(
@@ -63,20 +52,14 @@ def run_in_env(
     python = release_python(version)
     cmd = [str(python), "-m", module, *args]
     with tempfile.TemporaryFile(mode="w+") as errf:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=errf,
-            text=True,
-            cwd=project_root(),
-            env=child_env(env),
-            start_new_session=True,
+        proc = zygote.popen(
+            cmd, cwd=project_root(), env=child_env(env), stdout=subprocess.PIPE, stderr=errf
         )
         timed_out = threading.Event()
 
         def expire() -> None:
             timed_out.set()
-            _kill_group(proc)
+            zygote.kill_session(proc)
 
         timer = threading.Timer(timeout, expire)
         timer.daemon = True
@@ -91,7 +74,7 @@ def run_in_env(
                     on_line(line)
             proc.wait()
         except BaseException:
-            _kill_group(proc)
+            zygote.kill_session(proc)
             raise
         finally:
             timer.cancel()

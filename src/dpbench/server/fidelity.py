@@ -31,7 +31,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ import numpy as np
 from dpbench.core import results
 from dpbench.core.paths import project_root, results_dir
 from dpbench.core.schema import metadata_of, to_dict
+from dpbench.envs import zygote
 from dpbench.server.health import Health, check
 from dpbench.server.options import ServerClock
 from dpbench.server.run import RunOptions, ServerDispatch
@@ -306,9 +306,7 @@ def run_twins(jobs: list[TwinJob], python: str) -> list[dict[str, Any]]:
         args += ["-o", str(job.out)]
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     try:
-        proc = subprocess.run(
-            args, capture_output=True, text=True, cwd=project_root(), env=env, timeout=1800
-        )
+        proc = zygote.run(args, cwd=project_root(), env=env, timeout=1800)
     finally:
         for f in files:
             f.unlink(missing_ok=True)

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from dpbench.core.atomic import write_json
 from dpbench.core.paths import cache_dir
+from dpbench.envs import zygote
 from dpbench.server.errors import ServerRunError
 from dpbench.sglang_compat.detect import UnsupportedSGLang
 
@@ -89,7 +91,7 @@ def read(python: str) -> dict[str, Any]:
     kept = cache_dir() / "provenance" / f"{key}.json" if key else None
     if kept is not None and kept.is_file():
         return json.loads(kept.read_text())
-    proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=300)
+    proc = zygote.run([python, "-c", _PROBE], cwd=os.getcwd(), env=os.environ, timeout=300)
     if proc.returncode != 0:
         last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         raise ProvenanceError(

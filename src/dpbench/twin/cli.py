@@ -71,20 +71,16 @@ def _installed_sglang() -> str | None:
 def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_event: Any) -> None:
     """``python -m dpbench.twin.run`` in SGLang ``version``'s environment, streaming its progress events."""
     from dpbench.core.paths import project_root
-    from dpbench.envs import ensure_env
+    from dpbench.envs import ensure_env, zygote
 
     python = ensure_env(version).python
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("VIRTUAL_ENV", None)
     with tempfile.TemporaryFile(mode="w+") as errf:
-        proc = subprocess.Popen(
+        proc = zygote.popen(
             [str(python), "-m", "dpbench.twin.run", *args],
-            stdout=subprocess.PIPE,
-            stderr=errf,
-            text=True,
-            cwd=project_root(),
-            env=env,
-        )
+            cwd=project_root(), env=env, stdout=subprocess.PIPE, stderr=errf,
+        )  # fmt: skip
         error: dict[str, Any] | None = None
         try:
             assert proc.stdout is not None
@@ -102,12 +98,7 @@ def _run_in_release_env(version: str, args: list[str], deadline_s: float, on_eve
             proc.wait(timeout=max(1.0, end - time.monotonic()))
         finally:
             if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                zygote.kill_session(proc)
         if proc.returncode != 0:
             errf.seek(0)
             tail = errf.read()[-3000:]
