@@ -6,7 +6,9 @@ reads every process in ``/proc`` twice a second instead, and names each after th
 started it: ``PYTEST_CURRENT_TEST`` in its own environment, else in its session leader's
 (SGLang retitles its processes, which overwrites their environment; the launcher's guard
 leads their session and is never retitled). A process's CPU is its last reading, so one that
-lives under half a second may be missed.
+lives under half a second may be missed. A run forked by a release environment's zygote
+(dpbench.envs.zygote) keeps the zygote's command line and environment: it counts under the
+zygote's kind, and under the test that started the zygote.
 
     python3 tests/cpu_sampler.py record OUT.json &   # stop it with SIGTERM when the run ends
     python3 tests/cpu_sampler.py files OUT.json      # CPU per test file
