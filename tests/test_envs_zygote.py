@@ -170,3 +170,27 @@ def test_an_exit_status_sent_with_the_pid_is_read():
     proc._take(rest)
     assert (proc.pid, proc.poll(), proc.wait(timeout=0)) == (42, 3, 3)
     theirs.close()
+
+
+def test_two_threads_waiting_on_one_run_both_see_its_end(zdir, tmp_path):
+    """run_in_env waits on a run while its timeout's timer may kill and wait on it too."""
+    import threading
+
+    proc = zygote.popen([PY, "-c", "import time; time.sleep(1)"], cwd=tmp_path, env=os.environ)
+    seen: list[object] = []
+
+    def waiter(timeout: float | None) -> None:
+        try:
+            seen.append(proc.wait(timeout))
+        except BaseException as e:
+            seen.append(e)
+
+    threads = [threading.Thread(target=waiter, args=(t,)) for t in (None, 0.3, 5.0, None)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    ends = [x for x in seen if not isinstance(x, subprocess.TimeoutExpired)]
+    assert ends == [0, 0, 0], seen
+    for _ in range(3):  # once it has ended, every wait and poll answers at once
+        assert (proc.wait(0), proc.poll()) == (0, 0)

@@ -24,12 +24,13 @@ class ZygoteProcess:
     """A run forked by a zygote: the part of ``subprocess.Popen``'s interface the tiers use.
 
     It leads a session of its own (``os.killpg(proc.pid, …)`` reaches all it started); its
-    exit status comes from the zygote, which reaps it.
+    exit status comes from the zygote, which reaps it. Several threads may wait on it at
+    once (a timeout's timer beside the reader), as on a ``Popen``: one reads at a time.
     """
 
     def __init__(self, args: Sequence[str], pid: int, conn: socket.socket, stdout: IO[Any] | None):
         self.args, self.pid, self.stdout, self.returncode = list(args), pid, stdout, None
-        self._conn, self._buf = conn, b""
+        self._conn, self._buf, self._reading = conn, b"", threading.Lock()
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -57,15 +58,22 @@ class ZygoteProcess:
         self.send_signal(signal.SIGKILL)
 
     def _read(self, timeout: float | None) -> None:
-        self._conn.settimeout(timeout)
-        try:
-            chunk = self._conn.recv(64)
-        except (TimeoutError, BlockingIOError):
+        if not self._reading.acquire(timeout=-1 if timeout is None else timeout):
             return
-        if not chunk:  # the zygote is gone: its runs were killed with it
-            self.returncode = -signal.SIGKILL
-            self._conn.close()
-        self._take(chunk)
+        try:
+            if self.returncode is not None:  # another thread read it meanwhile
+                return
+            self._conn.settimeout(timeout)
+            try:
+                chunk = self._conn.recv(64)
+            except (TimeoutError, BlockingIOError):
+                return
+            if not chunk:  # the zygote is gone: its runs were killed with it
+                self.returncode = -signal.SIGKILL
+                self._conn.close()
+            self._take(chunk)
+        finally:
+            self._reading.release()
 
     def _take(self, chunk: bytes) -> None:
         """Read the exit status (``exit N``) once its whole line is here."""
