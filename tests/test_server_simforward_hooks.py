@@ -13,32 +13,15 @@ from conftest import TEST_RELEASES
 from dpbench.sglang_compat.simforward import hooks
 from dpbench.sglang_compat.simforward.config import SimForwardConfig, omp_bind, server_env
 
-
-@pytest.mark.sglang
-@pytest.mark.parametrize("release", TEST_RELEASES)
-def test_every_hook_installs_on_the_real_wheel(release):
-    from dpbench.envs.venv import ensure_server_env
-
-    python = ensure_server_env(release).python
-    proc = subprocess.run(
-        [str(python), "-m", "dpbench.sglang_compat.simforward.check"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    verdict = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert verdict["ok"], verdict
-    assert sorted(verdict["hooked"]) == sorted(h.target for h in hooks.REGISTRY)
-
-
-# SGLang's own DataParallelController.event_loop, hooked and not, on a real zmq socket fed
+# After the hook check: SGLang's own DataParallelController.event_loop, hooked and not, on a real zmq socket fed
 # with SGLang's own sock_send: the loop's body is SGLang's; only self is built by hand.
-_CONTROLLER_LOOP = """
+_IN_RELEASE = """
 import json, os, sys, threading, time
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+from dpbench.sglang_compat.simforward.check import check
+verdict = check()  # installs the hooks, imports every hooked module
 import zmq
-from dpbench.sglang_compat.simforward import hooks, standin
-hooks.install()
+from dpbench.sglang_compat.simforward import standin
 from sglang.srt.managers import data_parallel_controller as dpc
 from sglang.srt.managers.io_struct import sock_send
 
@@ -74,6 +57,7 @@ def run(loop, messages, wait_ms=standin.CONTROLLER_WAIT_MS):
 
 hooked = dpc.DataParallelController.event_loop
 print(json.dumps({
+    "check": verdict,
     "hooked": getattr(hooked, "__dpbench_hook__", None),
     "with_hook": run(hooked, [{"n": i} for i in range(5)]),
     "with_a_2_s_wait": run(hooked, [{"n": i} for i in range(5)], wait_ms=2000),
@@ -82,22 +66,37 @@ print(json.dumps({
 """
 
 
+@pytest.fixture(scope="module", params=TEST_RELEASES)
+def in_release(request):
+    """What one process of the release's server environment saw: the hook check
+    (``simforward.check``: it installs the hooks and imports every hooked module), then
+    SGLang's DP controller loop, hooked and not. One SGLang import serves both tests."""
+    from dpbench.envs.venv import ensure_server_env
+
+    python = ensure_server_env(request.param).python
+    proc = subprocess.run(
+        [str(python), "-c", _IN_RELEASE], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.sglang
-@pytest.mark.parametrize("release", TEST_RELEASES)
-def test_the_dp_controller_waits_for_requests_instead_of_spinning(release):
+def test_every_hook_installs_on_the_real_wheel(in_release):
+    verdict = in_release["check"]
+    assert verdict["ok"], verdict
+    assert sorted(verdict["hooked"]) == sorted(h.target for h in hooks.REGISTRY)
+
+
+@pytest.mark.sglang
+def test_the_dp_controller_waits_for_requests_instead_of_spinning(in_release):
     """SGLang's DP controller loops on a non-blocking receive: idle, it comes round tens of
     thousands of times a second (a core of its own on a GPU host; here half the machine).
     Hooked, an empty receive waits up to 20 ms for the next message, and a message sent
     reaches the dispatcher, in order, without waiting out the 20 ms."""
-    from dpbench.envs.venv import ensure_server_env
     from dpbench.sglang_compat.simforward.standin import CONTROLLER_WAIT_MS
 
-    python = ensure_server_env(release).python
-    proc = subprocess.run(
-        [str(python), "-c", _CONTROLLER_LOOP], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = in_release
     assert (
         out["hooked"]
         == "sglang.srt.managers.data_parallel_controller.DataParallelController.event_loop"
