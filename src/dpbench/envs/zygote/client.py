@@ -236,11 +236,8 @@ def _start(base: Path, python: str, wanted: dict[str, str]) -> None:
     from dpbench.core.paths import project_root
 
     owner = os.environ.get(ENV_OWNER, str(os.getpid()))
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "VIRTUAL_ENV" and k not in import_time(os.environ)
-    }
+    ours = import_time(os.environ)  # replaced by the run's own import-time variables
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV" and k not in ours}
     env.update(wanted)
     with open(base.with_suffix(".log"), "w") as log:
         proc = subprocess.Popen(

@@ -11,6 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
+from dpbench.core.procs import alive
 from dpbench.envs.zygote.child import child_main
 from dpbench.envs.zygote.protocol import ENV_PRELOAD, PRELOAD, import_time
 
@@ -45,7 +46,7 @@ def _loop(listener: socket.socket, owner: int, stopping: list[int]) -> None:
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
     runs: dict[int, tuple[int, socket.socket]] = {}  # pidfd: (pid, the caller's connection)
-    while not stopping and _alive(owner):
+    while not stopping and alive(owner):
         for key, _ in sel.select(timeout=1.0):
             if key.data is None:
                 conn, _addr = listener.accept()
@@ -68,16 +69,6 @@ def _loop(listener: socket.socket, owner: int, stopping: list[int]) -> None:
     for pid, _conn in runs.values():
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fork_run(
