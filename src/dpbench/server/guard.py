@@ -7,15 +7,22 @@ SIGKILLed during start-up would leave orphans. The guard asks Linux for SIGTERM 
 its own parent dies, and on SIGTERM or SIGINT it signals its whole process group:
 SIGTERM, a grace period, then SIGKILL (which ends the guard too). When CMD exits by
 itself, the guard clears what CMD left in the group and exits with CMD's status.
+
+SGLang keeps its Prometheus counters in files under ``$PROMETHEUS_MULTIPROC_DIR``; unset,
+it makes a ``/tmp/tmpXXXXXXXX`` folder that a killed server never removes (a test suite
+left 17). The guard gives CMD a folder of its own (inside the caller's
+``$PROMETHEUS_MULTIPROC_DIR`` when that is set) and removes it when the group is gone.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from types import FrameType
 
@@ -23,6 +30,13 @@ from dpbench.core.procs import group_members
 
 GRACE_S = 15.0
 PR_SET_PDEATHSIG = 1
+PROMETHEUS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_metrics_dir: list[str] = []  # the folder this guard made for CMD's counters
+
+
+def _remove_metrics_dir() -> None:
+    while _metrics_dir:
+        shutil.rmtree(_metrics_dir.pop(), ignore_errors=True)
 
 
 def _others() -> list[int]:
@@ -37,6 +51,7 @@ def _take_down_group(grace_s: float) -> None:
     deadline = time.monotonic() + grace_s
     while _others() and time.monotonic() < deadline:
         time.sleep(0.1)
+    _remove_metrics_dir()  # before the SIGKILL that ends this process too
     os.killpg(os.getpgrp(), signal.SIGKILL)  # ends the guard as well
 
 
@@ -55,10 +70,14 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    child = subprocess.Popen(cmd)
+    _metrics_dir.append(
+        tempfile.mkdtemp(prefix="dpbench-prometheus-", dir=os.environ.get(PROMETHEUS_ENV))
+    )
+    child = subprocess.Popen(cmd, env={**os.environ, PROMETHEUS_ENV: _metrics_dir[0]})
     rc = child.wait()
     if _others():  # CMD is gone; nothing it started may outlive it
         _take_down_group(GRACE_S)
+    _remove_metrics_dir()
     return rc if rc >= 0 else 128 - rc
 
 
