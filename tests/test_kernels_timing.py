@@ -24,8 +24,21 @@ def test_cpu_timing_reports_median_and_quantiles_of_real_calls() -> None:
     assert 0.002 <= t.min_s <= t.median_s <= t.max_s
     # Counts follow the budgets: about rep_ms / estimate timed calls, warm-ups likewise.
     assert 5 <= t.samples <= 20 and 1 <= t.warmup_calls <= 5
-    # compile call + estimate call + warm-ups + timed calls.
-    assert len(calls) == 2 + t.warmup_calls + t.samples
+    # the estimate call is the first sample; then warm-ups and the other samples
+    assert len(calls) == t.warmup_calls + t.samples
+
+
+def test_an_interpreter_launch_longer_than_the_budgets_runs_once() -> None:
+    """Triton's interpreter takes seconds a launch: one call estimates, and is the sample."""
+    calls = []
+
+    def slow() -> None:
+        calls.append(1)
+        time.sleep(0.05)
+
+    t = time_launches(slow, warmup_ms=25, rep_ms=40, device="cpu")
+    assert len(calls) == 1 and t.samples == 1 and t.warmup_calls == 0
+    assert t.median_s >= 0.05 and t.estimate_s == pytest.approx(t.median_s)
 
 
 def test_rotation_cycles_through_every_input_set() -> None:

@@ -239,18 +239,22 @@ def _time_cpu(
     quantiles: Sequence[float],
     max_calls: int,
 ) -> Timing:
-    for fn in calls:
-        fn()
-    # Interpreter launches take seconds: one call makes the estimate.
+    """Wall-clock timing of Triton interpreter launches, the only CPU path.
+
+    The interpreter compiles nothing and a launch takes seconds, so nothing needs warming:
+    the first call is the estimate and the first sample. Further warm-up calls and samples
+    follow the budgets (none when one call outlasts them). Its numbers time Python, not a
+    kernel, and the calibration file says so (``interpreter``)."""
     t0 = time.perf_counter()
     calls[0]()
-    estimate_ms = max((time.perf_counter() - t0) * 1e3, 1e-4)
-    n_warmup = min(max_calls, max(1, int(warmup_ms / estimate_ms)))
+    first_s = time.perf_counter() - t0
+    estimate_ms = max(first_s * 1e3, 1e-4)
+    n_warmup = min(max_calls, int(warmup_ms / estimate_ms))
     n_repeat = min(max_calls, max(1, int(rep_ms / estimate_ms)))
     for i in range(n_warmup):
-        calls[i % len(calls)]()
-    per_call = []
-    for i in range(n_repeat):
+        calls[(i + 1) % len(calls)]()
+    per_call = [first_s]
+    for i in range(1, n_repeat):
         t0 = time.perf_counter()
         calls[i % len(calls)]()
         per_call.append(time.perf_counter() - t0)
