@@ -15,14 +15,6 @@ that code under a header naming the new file's mtime and size: exactly the ``.py
 the importing path when it loads a ``.pyc``, so where the source lies does not matter.
 Only timestamp ``.pyc`` files (what ``compileall`` writes without ``SOURCE_DATE_EPOCH``)
 are kept.
-
-An environment imports about a quarter of what it installs: SGLang's scheduler loads ~5,500
-of the ~23,000 modules of a release environment with its torch. So a build given ``imports``
-compiles only what importing those modules compiles (an import in the new environment that
-may write ``.pyc``), not every file. :func:`write_on_import` then lets every process of the
-environment write the ``.pyc`` of a module it is the first to import, so nothing else is
-compiled twice either. Without ``imports``, or if that import fails, ``compileall`` compiles
-everything, as before.
 """
 
 from __future__ import annotations
@@ -64,45 +56,8 @@ class Interpreter:
 @dataclass
 class Counts:
     restored: int = 0  # .pyc written from the cache
-    compiled: int = 0  # compiled (by compileall or the build's import), now kept in the cache
+    compiled: int = 0  # compiled by compileall, now kept in the cache
     fresh: int = 0  # already had a valid .pyc
-    left: int = 0  # not imported by the build: written by the first process that imports it
-
-
-# In a ``.pth`` file a line that starts with ``import`` runs at interpreter start-up.
-WRITE_ON_IMPORT = "import sys; sys.dont_write_bytecode = False\n"
-WRITE_ON_IMPORT_PTH = "_dpbench_bytecode.pth"
-
-
-def write_on_import(site: Path) -> Path:
-    """Let every process of the environment whose site-packages is ``site`` write ``.pyc``.
-
-    This machine's image exports ``PYTHONDONTWRITEBYTECODE=1`` (and ``multiprocessing``
-    passes ``-B`` on to the processes it spawns), so a module the build did not compile
-    would be compiled from source by every process that imports it. The environment is
-    dpbench's own, under ``.cache/``; ``importlib`` writes each ``.pyc`` atomically."""
-    path = Path(site) / WRITE_ON_IMPORT_PTH
-    _write(path, WRITE_ON_IMPORT.encode())
-    return path
-
-
-def _import_writes(python: str | Path, imports: tuple[str, ...], path: tuple[Path, ...]) -> bool:
-    """Import ``imports`` in ``python``'s environment (``path`` first on ``sys.path``),
-    writing the ``.pyc`` of what it loads."""
-    code = (
-        "import importlib, sys\n"
-        "sys.dont_write_bytecode = False\n"
-        "for name in sys.argv[1:]:\n"
-        "    importlib.import_module(name)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.pop("VIRTUAL_ENV", None)
-    if path:
-        env["PYTHONPATH"] = os.pathsep.join(map(str, path))
-    proc = subprocess.run(
-        [str(python), "-c", code, *imports], capture_output=True, text=True, env=env
-    )
-    return proc.returncode == 0
 
 
 def _header(interp: Interpreter, st: os.stat_result) -> bytes:
@@ -175,18 +130,9 @@ class Store:
         return True
 
 
-def compile_bytecode(
-    python: str | Path,
-    *dirs: Path,
-    store_root: Path | None = None,
-    imports: tuple[str, ...] = (),
-    import_path: tuple[Path, ...] = (),
-) -> Counts:
-    """Write the ``.pyc`` of the modules under ``dirs`` for ``python``: from the cache where
-    a file's content was compiled before; for the rest, those that importing ``imports``
-    loads (every one when ``imports`` is empty or its import fails, by ``compileall``).
-    What is compiled is kept in the cache for next time. ``import_path``: put first on
-    ``sys.path`` for that import (a ``pip --target`` tree)."""
+def compile_bytecode(python: str | Path, *dirs: Path, store_root: Path | None = None) -> Counts:
+    """Write the ``.pyc`` of every module under ``dirs`` for ``python``: from the cache where
+    a file's content was compiled before, by ``compileall`` for the rest (kept for next time)."""
     found = tuple(Path(d) for d in dirs if Path(d).is_dir())
     counts = Counts()
     if not found:
@@ -207,17 +153,12 @@ def compile_bytecode(
             counts.restored += 1
         else:
             missing.append((source, st, digest))
-    if not missing:
-        return counts
-    if imports and _import_writes(python, imports, import_path):
-        counts.compiled = sum(store.keep(*m) for m in missing if _valid(interp, m[0], m[1]))
-        counts.left = len(missing) - counts.compiled
-        return counts
-    cmd = [str(python), "-m", "compileall", "-q", "-j", "0", *map(str, found)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    # status 1: some file did not compile (a test fixture in Python 2 syntax in some
-    # package), named on stdout and skipped, as pip's own compile step skips it
-    if proc.returncode not in (0, 1):
-        raise BytecodeError(f"compileall failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    counts.compiled = sum(store.keep(*m) for m in missing)
+    if missing:
+        cmd = [str(python), "-m", "compileall", "-q", "-j", "0", *map(str, found)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # status 1: some file did not compile (a test fixture in Python 2 syntax in some
+        # package), named on stdout and skipped, as pip's own compile step skips it
+        if proc.returncode not in (0, 1):
+            raise BytecodeError(f"compileall failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        counts.compiled = sum(store.keep(*m) for m in missing)
     return counts

@@ -129,14 +129,8 @@ def _pip_config_args() -> list[str]:
     return args
 
 
-def compile_bytecode(
-    python: str | Path,
-    *dirs: Path,
-    imports: tuple[str, ...] = (),
-    import_path: tuple[Path, ...] = (),
-) -> None:
-    """Write the .pyc of the modules under ``dirs`` at build time (:mod:`.bytecode`): those
-    that importing ``imports`` loads, or every one when ``imports`` is empty.
+def compile_bytecode(python: str | Path, *dirs: Path) -> None:
+    """Write the .pyc of every module under ``dirs`` once, at build time (:mod:`.bytecode`).
 
     This machine's image (like many CI images) exports ``PYTHONDONTWRITEBYTECODE=1``: without
     bytecode on disk every process compiles everything it imports from source, every time.
@@ -147,20 +141,9 @@ def compile_bytecode(
     from dpbench.envs.bytecode import compile_bytecode as compile_
 
     try:
-        compile_(python, *dirs, imports=imports, import_path=import_path)
+        compile_(python, *dirs)
     except BytecodeError as exc:
         raise EnvError(str(exc)) from exc
-
-
-def _bytecode_on_import(python: str | Path, site: Path) -> None:
-    """A release environment's bytecode: what its scheduler imports, at build time (the
-    modules every tier loads: the zygote's preload); the rest by the first process that
-    imports it (:func:`dpbench.envs.bytecode.write_on_import`)."""
-    from dpbench.envs.bytecode import write_on_import
-    from dpbench.envs.zygote.protocol import PRELOAD
-
-    write_on_import(site)
-    compile_bytecode(python, site, imports=PRELOAD)
 
 
 def wheel_path(version: str) -> Path:
@@ -212,9 +195,7 @@ def torch_base() -> Path:
         if tmp.exists():
             subprocess.run(["rm", "-rf", str(tmp)], check=True)
         _pip(sys.executable, "--target", str(tmp), *TORCH_PAIR)
-        # torch's own import here; the rest of the tree is written by the first environment
-        # process that imports it (each environment lets its processes write .pyc)
-        compile_bytecode(sys.executable, tmp, imports=("torch",), import_path=(tmp,))
+        compile_bytecode(sys.executable, tmp)
         if base.exists():
             subprocess.run(["rm", "-rf", str(base)], check=True)
         tmp.rename(base)
@@ -262,7 +243,7 @@ def install_release(
     info = {"sglang": version, "wheel": wheel.name, "requirements": reqs, "torch_base": str(base)}
     if with_server:
         info["server"] = install_server_extras(python, version)
-    _bytecode_on_import(python, site)
+    compile_bytecode(python, site)
     info["bytecode"] = True
     return info
 
@@ -292,7 +273,7 @@ def install_source(python: str | Path, build_dir: Path) -> dict:
     (site / "_dpbench_torch_base.pth").write_text(f"{base}\n")
     _pip(python, *reqs)
     _pip(python, "--no-deps", "--no-build-isolation", "--reinstall", str(build_dir))
-    _bytecode_on_import(python, site)
+    compile_bytecode(python, site)
     return {
         "sglang": version,
         "source": str(build_dir),
@@ -379,7 +360,7 @@ def ensure_server_env(version: str) -> ReleaseEnv:
         have = json.loads(stamp.read_text())
         if "server" not in have:
             have["server"] = install_server_extras(rel.python, version)
-            _bytecode_on_import(rel.python, _site_packages(rel.python))
+            compile_bytecode(rel.python, _site_packages(rel.python))
             write_json(stamp, have)
     return rel
 
