@@ -6,7 +6,8 @@ reads every process in ``/proc`` twice a second instead, and names each after th
 started it: ``PYTEST_CURRENT_TEST`` in its own environment, else in its session leader's
 (SGLang retitles its processes, which overwrites their environment; the launcher's guard
 leads their session and is never retitled). A process's CPU is its last reading, so one that
-lives under half a second may be missed. A run forked by a release environment's zygote
+lives under half a second may be missed; one already alive when recording starts (the
+machine's own daemons and kernel threads) counts only what it uses from then on. A run forked by a release environment's zygote
 (dpbench.envs.zygote) keeps the zygote's command line and environment: it counts under the
 zygote's kind, and under the test that started the zygote.
 
@@ -56,6 +57,7 @@ def record(out: str) -> None:
     tick = os.sysconf("SC_CLK_TCK")
     seen: dict[tuple[int, int], dict] = {}
     leaders: dict[int, str | None] = {}
+    first = True  # processes alive at the start count only the CPU they use from then on
     while not stop:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -71,9 +73,11 @@ def record(out: str) -> None:
                 except OSError:
                     cmd = "?"
                 seen[key] = {"cmd": cmd, "session": int(stat[3]), "test": _test_name(pid)}
-            seen[key]["cpu_s"] = cpu
+                seen[key]["before_s"] = cpu if first else 0.0
+            seen[key]["cpu_s"] = cpu - seen[key]["before_s"]
             if int(pid) == int(stat[3]) and int(pid) not in leaders:
                 leaders[int(pid)] = _test_name(pid)
+        first = False
         time.sleep(0.5)
     rows = [{**row, "test": row["test"] or leaders.get(row["session"])} for row in seen.values()]
     with open(out + ".tmp", "w") as fh:
