@@ -69,3 +69,29 @@ def test_a_signalled_guard_removes_the_folder_and_leaves_no_process(tmp_path, si
     while group_members(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not group_members(proc.pid)
+
+
+def test_a_server_sigkilled_by_its_launcher_leaves_no_folder(tmp_path):
+    """The launcher SIGKILLs the whole group, guard included, when a server outlasts its grace."""
+    from dpbench.server.launcher import ServerProcess
+
+    log = tmp_path / "server.log"
+    cmd = ["sh", "-c", f"trap '' TERM; {WRITE}; sleep 600"]
+    server = ServerProcess(cmd, base_url="http://127.0.0.1:9", log_path=log, grace_s=1.0)
+    server.start()
+    deadline = time.monotonic() + 30
+    while "dpbench-prometheus-" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    folder = Path(log.read_text().splitlines()[-1].strip())
+    assert (folder / "counter_1.db").is_file()
+    server.stop()
+    assert server.stopped_with == "SIGKILL"  # the command ignored SIGTERM
+    assert not folder.exists()
+
+
+def test_the_guard_refuses_an_option_it_does_not_know(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "dpbench.server.guard", "--grace", "3", "--", "true"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "usage" in done.stderr

@@ -1,4 +1,4 @@
-"""``python -m dpbench.server.guard -- CMD…``: run CMD in this process group and take the whole group down with us.
+"""``python -m dpbench.server.guard [--metrics-dir DIR] -- CMD…``: run CMD in this process group and take the whole group down with us.
 
 The launcher starts every server through this guard as the leader of a new session.
 SGLang's helper processes set a parent-death signal only once their imports are done
@@ -10,8 +10,10 @@ itself, the guard clears what CMD left in the group and exits with CMD's status.
 
 SGLang keeps its Prometheus counters in files under ``$PROMETHEUS_MULTIPROC_DIR``; unset,
 it makes a ``/tmp/tmpXXXXXXXX`` folder that a killed server never removes (a test suite
-left 17). The guard gives CMD a folder of its own (inside the caller's
-``$PROMETHEUS_MULTIPROC_DIR`` when that is set) and removes it when the group is gone.
+left 17). The guard gives CMD a folder of its own and removes it when the group is gone:
+``--metrics-dir`` (the launcher's, which the launcher also removes, since it SIGKILLs the
+group, guard included, when a server outlasts its grace period), else one it makes (inside
+the caller's ``$PROMETHEUS_MULTIPROC_DIR`` when that is set).
 """
 
 from __future__ import annotations
@@ -56,10 +58,14 @@ def _take_down_group(grace_s: float) -> None:
 
 
 def main(argv: list[str]) -> int:
+    usage = "usage: python -m dpbench.server.guard [--metrics-dir DIR] -- CMD [ARGS…]"
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        print("usage: python -m dpbench.server.guard -- CMD [ARGS…]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
-    cmd = argv[argv.index("--") + 1 :]
+    cmd, options = argv[argv.index("--") + 1 :], argv[: argv.index("--")]
+    if options and (len(options) != 2 or options[0] != "--metrics-dir"):
+        print(usage, file=sys.stderr)
+        return 2
     parent = os.getppid()
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # the parent died before prctl took effect
@@ -70,9 +76,13 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    _metrics_dir.append(
-        tempfile.mkdtemp(prefix="dpbench-prometheus-", dir=os.environ.get(PROMETHEUS_ENV))
-    )
+    if options:
+        os.makedirs(options[1], exist_ok=True)
+        _metrics_dir.append(options[1])
+    else:
+        _metrics_dir.append(
+            tempfile.mkdtemp(prefix="dpbench-prometheus-", dir=os.environ.get(PROMETHEUS_ENV))
+        )
     child = subprocess.Popen(cmd, env={**os.environ, PROMETHEUS_ENV: _metrics_dir[0]})
     rc = child.wait()
     if _others():  # CMD is gone; nothing it started may outlive it

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -153,6 +154,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._old_sigterm: object = None
+        self._metrics_dir: str | None = None
         self.stopped_with: str | None = None  # "exited", "SIGTERM" or "SIGKILL"
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -163,18 +165,28 @@ class ServerProcess:
         self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
         self._log.write(f"# dpbench: {' '.join(self.cmd)}\n".encode())
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
-        # through the guard: it takes the whole group down if this process dies
-        guarded = [sys.executable, "-m", "dpbench.server.guard", "--", *self.cmd]
-        self.proc = subprocess.Popen(
-            guarded,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=self.cwd,
-            start_new_session=True,  # own process group: one killpg reaches every child
-            preexec_fn=die_with_parent,
+        # SGLang's Prometheus counters: a folder the guard and stop() remove (dpbench.server.guard)
+        self._metrics_dir = tempfile.mkdtemp(
+            prefix="dpbench-prometheus-", dir=env.get("PROMETHEUS_MULTIPROC_DIR")
         )
+        # through the guard: it takes the whole group down if this process dies
+        guarded = [sys.executable, "-m", "dpbench.server.guard",
+                   "--metrics-dir", self._metrics_dir, "--", *self.cmd]  # fmt: skip
+        try:
+            self.proc = subprocess.Popen(
+                guarded,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,  # own process group: one killpg reaches every child
+                preexec_fn=die_with_parent,
+            )
+        except BaseException:
+            shutil.rmtree(self._metrics_dir, ignore_errors=True)
+            self._metrics_dir = None
+            raise
         self._install_sigterm()
         return self
 
@@ -209,6 +221,9 @@ class ServerProcess:
                 self.proc.wait(timeout=5.0)
         finally:
             self._restore_sigterm()
+            if self._metrics_dir is not None:
+                shutil.rmtree(self._metrics_dir, ignore_errors=True)
+                self._metrics_dir = None
             if self._log is not None:
                 self._log.close()
                 self._log = None
