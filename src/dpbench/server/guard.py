@@ -33,7 +33,13 @@ from dpbench.core.procs import group_members
 GRACE_S = 15.0
 PR_SET_PDEATHSIG = 1
 PROMETHEUS_ENV = "PROMETHEUS_MULTIPROC_DIR"
-_metrics_dir: list[str] = []  # the folder this guard made for CMD's counters
+_metrics_dir: list[str] = []  # CMD's counters folder, for the signal handler to remove
+
+
+def new_metrics_dir(env: dict[str, str] | os._Environ[str]) -> str:
+    """A fresh folder for a server's counters, inside ``env``'s ``$PROMETHEUS_MULTIPROC_DIR``
+    when that is set (the launcher's and this guard's own)."""
+    return tempfile.mkdtemp(prefix="dpbench-prometheus-", dir=env.get(PROMETHEUS_ENV))
 
 
 def _remove_metrics_dir() -> None:
@@ -78,11 +84,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     if options:
         os.makedirs(options[1], exist_ok=True)
-        _metrics_dir.append(options[1])
-    else:
-        _metrics_dir.append(
-            tempfile.mkdtemp(prefix="dpbench-prometheus-", dir=os.environ.get(PROMETHEUS_ENV))
-        )
+    _metrics_dir.append(options[1] if options else new_metrics_dir(os.environ))
     child = subprocess.Popen(cmd, env={**os.environ, PROMETHEUS_ENV: _metrics_dir[0]})
     rc = child.wait()
     if _others():  # CMD is gone; nothing it started may outlive it

@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -37,6 +36,7 @@ from types import FrameType, TracebackType
 from typing import IO
 
 from dpbench.core.procs import die_with_parent, group_members
+from dpbench.server.guard import new_metrics_dir
 
 
 class ServerStartError(RuntimeError):
@@ -166,9 +166,7 @@ class ServerProcess:
         self._log.write(f"# dpbench: {' '.join(self.cmd)}\n".encode())
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
         # SGLang's Prometheus counters: a folder the guard and stop() remove (dpbench.server.guard)
-        self._metrics_dir = tempfile.mkdtemp(
-            prefix="dpbench-prometheus-", dir=env.get("PROMETHEUS_MULTIPROC_DIR")
-        )
+        self._metrics_dir = new_metrics_dir(env)
         # through the guard: it takes the whole group down if this process dies
         guarded = [sys.executable, "-m", "dpbench.server.guard",
                    "--metrics-dir", self._metrics_dir, "--", *self.cmd]  # fmt: skip
