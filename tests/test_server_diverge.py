@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 
 import pytest
@@ -99,6 +100,25 @@ def test_an_extra_pass_on_one_side_is_aligned_around():
     first = dv.departures(server, extra)["first_departure"]
     assert (first["op"], first["server_step"], first["twin_step"]) == ("insert", 2, 3)
     assert (first["server_unmatched"], first["twin_unmatched"]) == (0, 1)
+
+
+def test_the_first_departure_is_never_inside_the_steps_both_sides_share():
+    """difflib aligns from the longest matching block first: here the twin's three decode steps
+    match the server's last three, and alone it would part the two at step 0, although both
+    decode at steps 0 and 1. A fresh clone saw this on a real run (an injected departure at
+    twin step 5 reported at 4)."""
+    dd, ee = (DEC, DEC), (EXT, EXT)
+    server = [dd, dd, ee, dd, dd, dd]
+    twin = [dd, dd, dd]
+    sigs = ([dv.signature(x) for x in server], [dv.signature(x) for x in twin])
+    alone = difflib.SequenceMatcher(a=sigs[0], b=sigs[1], autojunk=False).get_opcodes()
+    assert alone[0][0] != "equal"  # the old alignment: parted at step 0
+    d = dv.departures(server, twin)
+    first = d["first_departure"]
+    assert (first["server_step"], first["twin_step"]) == (2, 2)
+    assert d["matched_steps"] == 3
+    assert dv.departures(twin, twin)["first_departure"] is None
+    assert dv.departures(twin, twin)["matched_steps"] == 3
 
 
 def test_twin_steps_read_the_timeline_and_refuse_an_old_one():

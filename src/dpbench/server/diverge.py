@@ -344,7 +344,7 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
     of equal length), and the step kinds one side had where the other had others."""
     a = [signature(s) for s in server]
     b = [signature(s) for s in twin]
-    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    opcodes = _aligned(a, b)
     pairs: Counter[str] = Counter()
     decisions: Counter[str] = Counter()
     first_decision: dict[str, Any] | None = None
@@ -353,7 +353,7 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
     unmatched_twin: Counter[str] = Counter()
     matched = 0
     first_departure: dict[str, Any] | None = None
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in opcodes:
         if op == "equal":
             matched += i2 - i1
             continue
@@ -402,6 +402,27 @@ def departures(server: Sequence[Step], twin: Sequence[Step]) -> dict[str, Any]:
         "first_decision": first_decision,
         "first_departure": first_departure,
     }
+
+
+def _aligned(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
+    """``difflib``'s opcodes for ``a`` against ``b``, the common prefix matched first.
+
+    ``SequenceMatcher`` starts from the longest matching block wherever it lies. On runs of
+    identical decode steps that block can take the last steps of the common prefix, so the
+    first departure showed a step early (a fresh clone saw an injected one found at twin step
+    4 instead of 5, both sides identical through step 4). Steps equal up to the first
+    difference are matched as they stand; only the rest is aligned.
+    """
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    rest = difflib.SequenceMatcher(a=a[k:], b=b[k:], autojunk=False).get_opcodes()
+    shifted = [
+        (op, i1 + k, i2 + k, j1 + k, j2 + k)
+        for op, i1, i2, j1, j2 in rest
+        if i2 > i1 or j2 > j1  # two empty rests give one empty "equal"
+    ]
+    return ([("equal", 0, k, 0, k)] if k else []) + shifted
 
 
 def _departure_window(
