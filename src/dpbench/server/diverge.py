@@ -23,7 +23,8 @@ prefillable: a KV-budget or batch-full refusal), and the same for ``idle:*``. Th
   A rank's state counts the running requests its decode would run: not those already
   finished that the next decode filters out (0.5.16/0.5.17), nor on 0.5.23 those whose
   in-flight step finishes them (``finished``/``finishing`` in both sides' records);
-- **departures**: the two step sequences aligned (``difflib``), and for each stretch
+- **departures**: the two step sequences aligned (their shared start as it stands, the rest
+  by ``difflib``), and for each stretch
   where they differ, which rank did what on each side, counted by label pair: the places
   they most often part.
 """
@@ -417,11 +418,7 @@ def _aligned(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, in
     while k < min(len(a), len(b)) and a[k] == b[k]:
         k += 1
     rest = difflib.SequenceMatcher(a=a[k:], b=b[k:], autojunk=False).get_opcodes()
-    shifted = [
-        (op, i1 + k, i2 + k, j1 + k, j2 + k)
-        for op, i1, i2, j1, j2 in rest
-        if i2 > i1 or j2 > j1  # two empty rests give one empty "equal"
-    ]
+    shifted = [(op, i1 + k, i2 + k, j1 + k, j2 + k) for op, i1, i2, j1, j2 in rest]
     return ([("equal", 0, k, 0, k)] if k else []) + shifted
 
 
