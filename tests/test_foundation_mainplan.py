@@ -79,8 +79,10 @@ def test_step_costs_are_written_whole(tmp_path, monkeypatch):
         mainplan.write_costs(path, costs, total_s=480.0)
     assert json.loads(path.read_text()) == {"earlier": True}  # the earlier file, whole
     monkeypatch.undo()
-    data = json.loads(mainplan.write_costs(path, costs, total_s=480.0).read_text())
+    phases = {"releases": 480.04}
+    data = json.loads(mainplan.write_costs(path, costs, total_s=480.0, phases=phases).read_text())
     assert [s["step"] for s in data["steps"]] == ["placement", "server"]
+    assert data["phases"] == {"releases": 480.0}
     assert data["steps"][0]["per_release_s"] == 48.0 and data["total_s"] == 480.0
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left
 
@@ -107,10 +109,21 @@ def test_a_change_runs_where_its_base_runs_and_its_cost_is_printed_apart():
     pair = [("0.5.16", "a" * 40, "last early"), ("0.5.17", "b" * 40, "first post-kv")]
     assert job.changes_of(pair, changes) == changes
     assert job.changes_of(pair[:1], changes) == []  # its base not picked: the step skips it
+    # the releases' phase runs every step over the releases, the changes' phase after it over
+    # the changes whose base a step picks; a step that picks none of their bases is left out
+    picks = {"pair": pair, "newest": [("0.5.23", "e" * 40, "newest")], "heavy": pair}
+    steps = [s for s in mainplan.PLAN[1:] if s.picks in picks]
+    releases_phase = job.phase_steps(steps, picks, changes, False)
+    changes_phase = job.phase_steps(steps, picks, changes, True)
+    assert [s.key for s, _ in releases_phase] == [s.key for s in steps]
+    assert [s.key for s, _ in changes_phase] == [s.key for s in steps if s.picks != "newest"]
+    assert all(c == [("revert-31835", "c" * 40, "change on 0.5.17")] for _, c in changes_phase)
     ran: list[list[str]] = []
     costs: list[mainplan.StepCost] = []
     rcs: list[int] = []
-    job._step_runs(mainplan.PLAN[1], pair, changes, rcs, costs, lambda shas: ran.append(shas) or 0)
+    for of_changes, phase in ((False, releases_phase[:1]), (True, changes_phase[:1])):
+        for step, chosen in phase:
+            job._timed(step, chosen, of_changes, rcs, costs, lambda shas: ran.append(shas) or 0)
     assert ran == [["a" * 40, "b" * 40], ["c" * 40]]  # the change in its own, timed run
     assert [(c.releases, c.changes) for c in costs] == [(2, False), (1, True)]
     lines = job.cost_lines(costs)
@@ -123,3 +136,61 @@ def test_a_change_runs_where_its_base_runs_and_its_cost_is_printed_apart():
     assert (
         line.startswith("change revert-31835 on 0.5.17") and f"about {share / 60:.0f} min" in line
     )
+    env = mainplan.REFERENCE["placement"]
+    assert f"its environment ~{env / 60:.1f} min" in line
+    assert f"its benchmarks ~{(share - env) / 60:.0f} min" in line
+    # at the end: what the changes' phase added, against that expectation
+    ends = mainplan.phase_lines({"releases": 2400.0, "changes": 900.0}, 1)
+    assert ends == [
+        "the releases: 40.0 min",
+        f"the 1 change(s): 15.0 min more (the plan expected ~{share / 60:.0f})",
+    ]
+    assert mainplan.phase_lines({"releases": 60.0}, 0) == ["the releases: 1.0 min"]
+
+
+def test_the_changes_run_after_every_release_step_and_their_phase_is_timed(tmp_path, monkeypatch):
+    """The default plan's order, with asv's runs recorded instead of run: the releases' whole
+    plan (placement, the side steps beside the twin steps, the timings), then the changes'."""
+    from asv.machine import Machine
+
+    from dpbench.mainjob import job
+
+    rel = [("0.5.16", "a" * 40), ("0.5.17", "b" * 40), ("0.5.23", "e" * 40)]
+    pair = [("0.5.16", "a" * 40, "last early"), ("0.5.17", "b" * 40, "first post-kv")]
+    newest = [("0.5.23", "e" * 40, "newest")]
+    picks = {"every": [(*r, "selected") for r in rel], "pair": pair, "newest": newest}
+    picks["heavy"] = pair + newest
+    changes = [("revert-31835", "c" * 40, "0.5.17")]
+    ran: list[tuple[str, tuple[str, ...], bool]] = []
+
+    def fake_run(asv, conf, bench, commits, *, results_root, **kw):
+        side = ".side." in " ".join(conf)
+        ran.append((bench, tuple(c[0] for c in commits), side))
+        return 0
+
+    monkeypatch.setattr(job, "_asv_run", fake_run)
+    monkeypatch.setattr(job, "_picks", lambda selected, results_root: picks)
+    monkeypatch.setattr(Machine, "get_unique_machine_name", staticmethod(lambda: "m"))
+    config = tmp_path / "asv.releases.json"
+    costs: list[mainplan.StepCost] = []
+    phases: dict[str, float] = {}
+    job._default_plan(
+        ["asv"], ["--config", str(config)], {"results_dir": "results"}, config, rel, changes,
+        root=tmp_path, results_root=tmp_path / "results", rerun=False, failed=[], rcs=[],
+        costs=costs, phases=phases,
+    )  # fmt: skip
+    first_change = next(i for i, (_, shas, _) in enumerate(ran) if "c" in shas)
+    assert all("c" not in shas for _, shas, _ in ran[:first_change])
+    assert all(shas == ("c",) for _, shas, _ in ran[first_change:])  # the change runs alone
+    # every step of the plan over the releases, then every step its base is picked for
+    assert {b for b, _, _ in ran[:first_change]} == {s.regex for s in mainplan.PLAN}
+    assert {b for b, _, _ in ran[first_change:]} == {
+        s.regex for s in mainplan.PLAN if s.picks != "newest"
+    }
+    # the side steps ran in the side run, the timings last in their phase
+    assert all(side == any(s.side and s.regex == b for s in mainplan.PLAN) for b, _, side in ran)
+    timings = [s.regex for s in mainplan.PLAN if s.alone]
+    assert [b for b, _, _ in ran[first_change - 2 : first_change]] == timings
+    assert ran[-1][0] == timings[0]  # twin-speed runs on the newest only, not on the change
+    assert set(phases) == {"releases", "changes"} and all(v >= 0 for v in phases.values())
+    assert sum(c.changes for c in costs) == len(ran) - first_change

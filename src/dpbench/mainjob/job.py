@@ -247,16 +247,9 @@ def _picks(
     }
 
 
-def _announce(
-    step: mainplan.Step,
-    chosen: list[tuple[str, str, str]],
-    where: str = "",
-    changes: list[tuple[str, str, str]] | None = None,
-) -> None:
-    changes = changes or []
-    names = ", ".join(v if step.picks == "every" else f"{v} ({why})" for v, _, why in chosen)
-    names += "".join(f", {n} (change on {b})" for n, _, b in changes)
-    est = mainplan.estimate_s(step, len(chosen) + len(changes))
+def _announce(step: mainplan.Step, chosen: list[tuple[str, str, str]], where: str = "") -> None:
+    names = ", ".join(f"{v} ({why})" if why else v for v, _, why in chosen)
+    est = mainplan.estimate_s(step, len(chosen))
     console.print(
         f"[bold]{step.title}[/]{where} over {names}"
         + ("" if est is None else f" (expected ~{est / 60:.0f} min)")
@@ -283,27 +276,36 @@ def changes_of(
     return [c for c in changes if c[2] in bases]
 
 
-def _step_runs(
+def phase_steps(
+    steps: list[mainplan.Step],
+    picks: dict[str, list[tuple[str, str, str]]],
+    changes: list[tuple[str, str, str]],
+    of_changes: bool,
+) -> list[tuple[mainplan.Step, list[tuple[str, str, str]]]]:
+    """What each step runs in one phase of the job, as ``(label, commit, why)``: the releases
+    it picks, or (``of_changes``) the changes whose base it picks. Steps with none are left out."""
+    out = []
+    for step in steps:
+        chosen = picks[step.picks]
+        if of_changes:
+            chosen = [(n, c, f"change on {b}") for n, c, b in changes_of(chosen, changes)]
+        if chosen:
+            out.append((step, chosen))
+    return out
+
+
+def _timed(
     step: mainplan.Step,
     chosen: list[tuple[str, str, str]],
-    changes: list[tuple[str, str, str]],
+    of_changes: bool,
     rcs: list[int],
     costs: list[mainplan.StepCost],
     run: Any,
 ) -> None:
-    """A step's asv run over its releases, then one over their changes, each timed: what a
-    change adds to the job is measured, not inferred."""
-    parts = (
-        ("releases", [c for _, c, _ in chosen]),
-        ("changes", [c for _, c, _ in changes_of(chosen, changes)]),
-    )
-    for part, shas in parts:
-        if shas:
-            t = time.monotonic()
-            rcs.append(run(shas))
-            costs.append(
-                mainplan.StepCost(step.key, len(shas), time.monotonic() - t, part == "changes")
-            )
+    """One step's asv run over ``chosen``, timed into ``costs``."""
+    t = time.monotonic()
+    rcs.append(run([c for _, c, _ in chosen]))
+    costs.append(mainplan.StepCost(step.key, len(chosen), time.monotonic() - t, of_changes))
 
 
 def cost_lines(costs: list[mainplan.StepCost]) -> list[str]:
@@ -334,39 +336,109 @@ def _default_plan(
     failed: list[str],
     rcs: list[int],
     costs: list[mainplan.StepCost],
+    phases: dict[str, float],
 ) -> None:
-    """Placement over every release; then the simulated-server steps in an asv run of their
-    own (dpbench.mainjob.side) while the twin steps run niced in the main one."""
-    import threading
-
-    from asv.machine import Machine
-
-    from dpbench.mainjob import side as mainside
-
+    """The releases' whole plan, then the changes' (each timed into ``phases``): placement,
+    then the simulated-server steps in an asv run of their own (dpbench.mainjob.side) while
+    the twin steps run niced in the main one, then the timings alone. The changes' phase
+    comes last, so what they add to the job is its wall time, and the releases' runs are
+    the same as in a job without them."""
     console.print("[bold]plan[/]")
     for line in mainplan.plan_lines(len(selected)) + mainplan.change_lines(
         [(n, b) for n, _, b in changes]
     ):
         console.print(f"  {line}")
     placement, *rest = mainplan.PLAN
-    every = [(v, c, "") for v, c in selected]
-    _announce(placement, every, changes=changes_of(every, changes))
+    picks: dict[str, list[tuple[str, str, str]]] = {}
+    for of_changes in (False, True):
+        if of_changes and not changes:
+            break
+        t = time.monotonic()
+        every = [(v, c, "") for v, c in selected]
+        first = phase_steps([placement], {"every": every}, changes, of_changes)
+        if not of_changes:
+            console.print("[bold]the releases[/]")
+        else:
+            console.print("[bold]the changes[/], after every release's steps")
+        for step, chosen in first:
+            _announce(step, chosen)
+            _timed(step, chosen, of_changes, rcs, costs, lambda shas: _asv_run(
+                asv, conf, placement.regex, shas, root=root, results_root=results_root,
+                rerun=rerun, failed=failed))  # fmt: skip
+        picks = picks or _picks(selected, results_root)  # from the releases' placement results
+        _phase(
+            asv, conf, conf_data, config, phase_steps(rest, picks, changes, of_changes),
+            of_changes, root=root, results_root=results_root, rerun=rerun, failed=failed,
+            rcs=rcs, costs=costs,
+        )  # fmt: skip
+        phases["changes" if of_changes else "releases"] = time.monotonic() - t
 
-    _step_runs(placement, every, changes, rcs, costs, lambda shas: _asv_run(
-        asv, conf, placement.regex, shas, root=root, results_root=results_root, rerun=rerun,
-        failed=failed))  # fmt: skip
-    picks = _picks(selected, results_root)
-    side_steps = [(s, picks[s.picks]) for s in rest if s.side and picks[s.picks]]
-    main_steps = [(s, picks[s.picks]) for s in rest if not s.side and picks[s.picks]]
-    alone = [m for m in main_steps if m[0].alone]
-    main_steps = [m for m in main_steps if not m[0].alone]
+
+def _phase(
+    asv: list[str],
+    conf: list[str],
+    conf_data: dict[str, Any],
+    config: Path,
+    steps: list[tuple[mainplan.Step, list[tuple[str, str, str]]]],
+    of_changes: bool,
+    *,
+    root: Path,
+    results_root: Path,
+    rerun: bool,
+    failed: list[str],
+    rcs: list[int],
+    costs: list[mainplan.StepCost],
+) -> None:
+    """One phase's steps after placement: the side steps in a thread, the twin steps niced
+    beside them, then the timings on an otherwise idle machine; the side results merged."""
+    from asv.machine import Machine
+
+    from dpbench.mainjob import side as mainside
+
     machine = Machine.get_unique_machine_name()
-    side_conf = mainside.side_config(conf_data, config)
     side_root = root / mainside.SIDE_RESULTS_DIR
+    side_on = ["--config", str(mainside.side_config(conf_data, config))]
+    side_failed: list[str] = []
+
+    def run(step: mainplan.Step, chosen: list[tuple[str, str, str]], **kw: Any) -> None:
+        on, into, fails = (side_on, side_root, side_failed) if step.side else (
+            conf, results_root, failed)  # fmt: skip
+        if step.side:
+            mainside.seed_side(results_root, side_root, machine, [c for _, c, _ in chosen])
+        _timed(step, chosen, of_changes, rcs, costs, lambda shas: _asv_run(
+            asv, on, step.regex, shas, root=root, results_root=into, rerun=rerun, failed=fails,
+            **kw))  # fmt: skip
+
+    side_steps = [(s, c) for s, c in steps if s.side]
+    with _beside(side_steps, run, results_root) as worker:
+        for step, chosen in steps:
+            if not step.side and not step.alone:
+                _announce(step, chosen)
+                run(step, chosen, nice=worker.is_alive())
+        if worker.is_alive():
+            console.print("waiting for the simulated-server steps beside")
+        while worker.is_alive():
+            worker.join(timeout=1.0)  # a short join keeps Ctrl-C deliverable
+        for step, chosen in steps:
+            if step.alone:  # timings, on a machine nothing else runs on
+                _announce(step, chosen)
+                run(step, chosen)
+    merged = mainside.merge_side(side_root, results_root, machine, [s.regex for s, _ in side_steps])
+    console.print(f"simulated-server results merged into {len(merged)} result file(s)")
+    failed += side_failed
+
+
+@contextlib.contextmanager
+def _beside(
+    side_steps: list[tuple[mainplan.Step, list[tuple[str, str, str]]]], run: Any, results_root: Path
+) -> Any:
+    """The side steps, one after another, in a thread of their own (their asv output to a
+    log); on leaving, asv runs still going are killed and the thread joined."""
+    import threading
+
     log = results_root / "server-logs" / f"main-job-side-{int(time.time())}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    side_failed: list[str] = []
-    side_procs: list[subprocess.Popen[Any]] = []
+    procs: list[subprocess.Popen[Any]] = []
     stop = threading.Event()
 
     def side() -> None:
@@ -374,46 +446,25 @@ def _default_plan(
             for step, chosen in side_steps:
                 if stop.is_set():
                     return
-                commits = [c for _, c, _ in chosen + changes_of(chosen, changes)]
-                mainside.seed_side(results_root, side_root, machine, commits)
                 t = time.monotonic()
-                _step_runs(step, chosen, changes, rcs, costs, lambda shas, step=step: _asv_run(
-                    asv, ["--config", str(side_conf)], step.regex, shas, root=root,
-                    results_root=side_root, rerun=rerun, failed=side_failed, log=out,
-                    procs=side_procs))  # fmt: skip
+                run(step, chosen, log=out, procs=procs)
                 console.print(
                     f"[bold]{step.title}[/] (beside) done in {(time.monotonic() - t) / 60:.1f} min"
                 )
 
     for step, chosen in side_steps:
-        _announce(step, chosen, " (beside the twin, its own asv run)", changes_of(chosen, changes))
+        _announce(step, chosen, " (beside the twin, its own asv run)")
     console.print(f"  its output: {log}")
     worker = threading.Thread(target=side, name="main-job-side", daemon=True)
     worker.start()
     try:
-        for step, chosen in main_steps:
-            _announce(step, chosen, changes=changes_of(chosen, changes))
-            _step_runs(step, chosen, changes, rcs, costs, lambda shas, step=step: _asv_run(
-                asv, conf, step.regex, shas, root=root, results_root=results_root, rerun=rerun,
-                failed=failed, nice=worker.is_alive()))  # fmt: skip
-        if worker.is_alive():
-            console.print("waiting for the simulated-server steps beside")
-        while worker.is_alive():
-            worker.join(timeout=1.0)  # a short join keeps Ctrl-C deliverable
-        for step, chosen in alone:  # timings, on a machine nothing else runs on
-            _announce(step, chosen, changes=changes_of(chosen, changes))
-            _step_runs(step, chosen, changes, rcs, costs, lambda shas, step=step: _asv_run(
-                asv, conf, step.regex, shas, root=root, results_root=results_root, rerun=rerun,
-                failed=failed))  # fmt: skip
+        yield worker
     finally:
         stop.set()
-        for proc in side_procs:
+        for proc in procs:
             if proc.poll() is None:
                 _kill_group(proc)
         worker.join(timeout=30)
-    merged = mainside.merge_side(side_root, results_root, machine, [s.regex for s, _ in side_steps])
-    console.print(f"simulated-server results merged into {len(merged)} result file(s)")
-    failed += side_failed
 
 
 def _asv_run(
@@ -545,6 +596,7 @@ def bench_command(
     failed: list[str] = []
     rcs: list[int] = []
     costs: list[mainplan.StepCost] = []
+    phases: dict[str, float] = {}
     commits = [c for _, c in selected]
     if bench:
         for part, shas in (("releases", commits), ("changes", [c for _, c, _ in changes])):
@@ -555,9 +607,8 @@ def bench_command(
                 _asv_run(asv, conf, bench, shas, root=root, results_root=results_root,
                          rerun=rerun, failed=failed)
             )  # fmt: skip
-            costs.append(
-                mainplan.StepCost(bench, len(shas), time.monotonic() - t_part, part == "changes")
-            )
+            phases[part] = time.monotonic() - t_part
+            costs.append(mainplan.StepCost(bench, len(shas), phases[part], part == "changes"))
     else:
         _default_plan(
             asv,
@@ -572,6 +623,7 @@ def bench_command(
             failed=failed,
             rcs=rcs,
             costs=costs,
+            phases=phases,
         )
     # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
     _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
@@ -586,9 +638,11 @@ def bench_command(
     elapsed = time.monotonic() - t0
     console.print(f"\n[bold green]done[/] in {elapsed / 60:.1f} min")
     if costs:
-        for line in cost_lines(costs):
+        for line in cost_lines(costs) + mainplan.phase_lines(phases, len(changes)):
             console.print(f"  {line}")
-        kept = mainplan.write_costs(results_root / "mainjob-costs.json", costs, total_s=elapsed)
+        kept = mainplan.write_costs(
+            results_root / "mainjob-costs.json", costs, total_s=elapsed, phases=phases
+        )
         print(f"costs:      {kept}")
     print(f"results:    {results_root}")
     print(f"asv site:   {html_dir / 'index.html'}")

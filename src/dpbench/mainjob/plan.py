@@ -152,7 +152,8 @@ def plan_lines(selected: int) -> list[str]:
 def change_share_s() -> float:
     """What one change adds to the job: its base's share of each step (its environment, built
     like its base's in the placement step, plus its own benchmarks), side and main overlapping
-    as for the releases, from ``REFERENCE``'s per-release figures."""
+    as for the releases, from ``REFERENCE``'s per-release figures. The changes run after
+    every release's steps, in a phase of their own, so this is that phase's expected length."""
     chains = {"first": 0.0, "side": 0.0, "main": 0.0, "alone": 0.0}
     for i, step in enumerate(PLAN):
         chains[_chain(i, step)] += REFERENCE.get(step.key) or 0.0
@@ -160,12 +161,28 @@ def change_share_s() -> float:
 
 
 def change_lines(changes: list[tuple[str, str]]) -> list[str]:
-    """A line per change ``(name, base)``: it runs the steps its base is picked for."""
+    """A line per change ``(name, base)``: it runs the steps its base is picked for, after
+    every release's steps, and adds its base's environment and benchmarks once."""
+    env = REFERENCE.get(PLAN[0].key) or 0.0
     return [
-        f"change {name} on {base}: every step {base} is picked for, after it; "
-        f"about {change_share_s() / 60:.0f} min more (its base's environment and benchmarks, once)"
+        f"change {name} on {base}: every step {base} is picked for, after the releases; "
+        f"about {change_share_s() / 60:.0f} min more (its environment ~{env / 60:.1f} min, "
+        f"its benchmarks ~{(change_share_s() - env) / 60:.0f} min)"
         for name, base in changes
     ]
+
+
+def phase_lines(phases: dict[str, float], changes: int) -> list[str]:
+    """What the releases' phase took, and what the changes' phase added to the job."""
+    lines = []
+    if "releases" in phases:
+        lines.append(f"the releases: {phases['releases'] / 60:.1f} min")
+    if "changes" in phases:
+        lines.append(
+            f"the {changes} change(s): {phases['changes'] / 60:.1f} min more "
+            f"(the plan expected ~{changes * change_share_s() / 60:.0f})"
+        )
+    return lines
 
 
 @dataclass
@@ -182,12 +199,16 @@ def _reference_s(cost: StepCost) -> float | None:
     return None if step is None else estimate_s(step, cost.releases)
 
 
-def write_costs(path: Path, costs: list[StepCost], *, total_s: float) -> Path:
-    """What each step took here (results/mainjob-costs.json, atomically)."""
+def write_costs(
+    path: Path, costs: list[StepCost], *, total_s: float, phases: dict[str, float] | None = None
+) -> Path:
+    """What each step took here (results/mainjob-costs.json, atomically); ``phases``: the
+    wall time of the releases' steps and of the changes' (what the changes added)."""
     data: dict[str, Any] = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"node": platform.node(), "cpus": len(os.sched_getaffinity(0))},
         "total_s": round(total_s, 1),
+        "phases": {k: round(v, 1) for k, v in (phases or {}).items()},
         "steps": [
             {
                 "step": c.key,
