@@ -44,6 +44,14 @@ def test_repeats_must_be_positive():
         Inputs(spec="long-prompt-burst-small", dp=2, release="0.5.23", repeats=0)
 
 
+def test_a_device_sync_the_clock_cannot_run_is_refused():
+    with pytest.raises(ValueError, match="device_sync must be one of"):
+        Inputs(spec="long-prompt-burst-small", dp=2, release="0.5.23", device_sync="late")
+    with pytest.raises(ValueError, match="--clock virtual needs --device-sync group"):
+        Inputs(spec="long-prompt-burst-small", dp=2, clock="virtual", device_sync="own")
+    assert Inputs(spec="long-prompt-burst-small", dp=2, device_sync="group").device_sync == "group"
+
+
 def test_the_paired_replay_difference_has_its_interval():
     twin = _result(dp_mixed_step_fraction=0.02)
     servers = [_result(dp_mixed_step_fraction=0.01), _result(dp_mixed_step_fraction=0.03)]
@@ -98,7 +106,7 @@ def test_every_input_but_the_repeat_count_names_the_run_files():
     changed = {
         "spec": "agentic-multiturn", "dp": 8, "release": "0.5.17", "chunked_prefill_size": 4096,
         "delayer": False, "serial_forward": True, "repeats": 3, "dispatch": "cache_aware",
-        "flush_replays": True, "clock": "virtual", "pass_charge_ms": 1.0,
+        "flush_replays": True, "clock": "virtual", "pass_charge_ms": 1.0, "device_sync": "group",
     }  # fmt: skip
     needs = {"pass_charge_ms": {"clock": "virtual"}}  # set on both sides, so only `name` differs
     assert set(changed) == {f.name for f in dataclasses.fields(Inputs)}  # a new field: add it

@@ -43,7 +43,7 @@ from dpbench.core.paths import project_root, results_dir
 from dpbench.core.schema import metadata_of, to_dict
 from dpbench.envs import zygote
 from dpbench.server.health import Health, check
-from dpbench.server.options import ServerClock
+from dpbench.server.options import DEVICE_SYNCS, DeviceSync, ServerClock
 from dpbench.server.run import RunOptions, ServerDispatch
 from dpbench.twin.stats import paired
 
@@ -211,12 +211,23 @@ class Inputs:
             "stem": lambda v: f"charge{v:g}ms" if v else None,
         },
     )
+    device_sync: DeviceSync | None = field(
+        default=None,
+        metadata={
+            **metadata_of(RunOptions, "device_sync"),
+            "stem": lambda v: f"sync-{v}" if v else None,
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.clock == "virtual" and self.serial_forward:
             raise ValueError("--clock virtual excludes --serial-forward")
         if self.pass_charge_ms and self.clock != "virtual":
             raise ValueError("--pass-charge-ms needs --clock virtual")
+        if self.device_sync is not None and self.device_sync not in DEVICE_SYNCS:
+            raise ValueError(f"device_sync must be one of {DEVICE_SYNCS}, got {self.device_sync!r}")
+        if self.clock == "virtual" and self.device_sync == "own":
+            raise ValueError("--clock virtual needs --device-sync group (its default)")
         if self.repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         if self.dp < 2:
@@ -351,6 +362,7 @@ def server_options(inp: Inputs, log_dir: Path) -> Any:
         dispatch=inp.dispatch,
         clock=inp.clock,
         pass_charge_ms=inp.pass_charge_ms,
+        device_sync=inp.device_sync,
         log_dir=str(log_dir),
     )
 
