@@ -17,10 +17,12 @@ what to run on which commit:
 
 asv runs with ``--record-samples``: every seed's value is kept, so comparisons pair seeds.
 
-A change added to the history (:mod:`dpbench.changes`) runs every step its base is picked for,
-in an asv run of its own right after its base's, so what it adds to the job is measured: its
-environment (built like its base's) and its benchmarks. By default every added change runs;
-naming versions selects among releases and changes, and a change needs its base selected.
+A change added to the history (:mod:`dpbench.changes`) runs every step its base is picked for.
+The changes run after every release's steps, in a phase of their own with the same shape
+(placement, the side steps beside the twin steps, the timings), so the releases' runs are
+those of a job without changes and what the changes add is that phase's wall time: their
+environments (built like their bases') and their benchmarks. By default every added change
+runs; naming versions selects among releases and changes, and a change needs its base selected.
 
 ``--bench REGEX`` replaces that plan by one asv run of REGEX over every selected release (then
 one over the selected changes).
