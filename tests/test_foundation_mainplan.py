@@ -134,18 +134,25 @@ def test_a_change_runs_where_its_base_runs_and_its_cost_is_printed_apart():
     share = mainplan.change_share_s()
     assert max(mainplan.REFERENCE.values()) < share < sum(mainplan.REFERENCE.values())
     assert (
-        line.startswith("change revert-31835 on 0.5.17") and f"about {share / 60:.0f} min" in line
+        line.startswith("change revert-31835 on 0.5.17")
+        and f"at most ~{share / 60:.0f} min more" in line
     )
     env = mainplan.REFERENCE["placement"]
     assert f"its environment ~{env / 60:.1f} min" in line
     assert f"its benchmarks ~{(share - env) / 60:.0f} min" in line
+    # once the picks are known: only the steps the change runs count (not twin-speed's newest)
+    expected = job.expected_changes_s(changes_phase, changes)
+    r = mainplan.REFERENCE
+    side, main = r["server-trace"] + r["server"], r["headline"] + r["twin"] + r["twin-trace"]
+    assert expected == pytest.approx(max(side, main) + r["pass-timing"])
+    assert expected < share
     # at the end: what the changes' phase added, against that expectation
-    ends = mainplan.phase_lines({"releases": 2400.0, "changes": 900.0}, 1)
+    ends = mainplan.phase_lines({"releases": 2400.0, "changes": 900.0, "changes_expected": 870.0})
     assert ends == [
         "the releases: 40.0 min",
-        f"the 1 change(s): 15.0 min more (the plan expected ~{share / 60:.0f})",
+        "the changes: 15.0 min more (their bases' share of the steps they ran: ~14.5)",
     ]
-    assert mainplan.phase_lines({"releases": 60.0}, 0) == ["the releases: 1.0 min"]
+    assert mainplan.phase_lines({"releases": 60.0}) == ["the releases: 1.0 min"]
 
 
 def test_the_changes_run_after_every_release_step_and_their_phase_is_timed(tmp_path, monkeypatch):
@@ -192,5 +199,8 @@ def test_the_changes_run_after_every_release_step_and_their_phase_is_timed(tmp_p
     timings = [s.regex for s in mainplan.PLAN if s.alone]
     assert [b for b, _, _ in ran[first_change - 2 : first_change]] == timings
     assert ran[-1][0] == timings[0]  # twin-speed runs on the newest only, not on the change
-    assert set(phases) == {"releases", "changes"} and all(v >= 0 for v in phases.values())
+    assert set(phases) == {"releases", "changes", "changes_expected"}
+    assert all(v >= 0 for v in phases.values())
+    keys = {s.key for s in mainplan.PLAN if s.picks != "newest"}
+    assert phases["changes_expected"] == pytest.approx(mainplan.change_share_s(keys))
     assert sum(c.changes for c in costs) == len(ran) - first_change

@@ -296,6 +296,19 @@ def phase_steps(
     return out
 
 
+def expected_changes_s(
+    steps: list[tuple[mainplan.Step, list[tuple[str, str, str]]]],
+    changes: list[tuple[str, str, str]],
+) -> float:
+    """The changes' phase's expected length: each change's base's share of the steps it runs."""
+    return sum(
+        mainplan.change_share_s(
+            {s.key for s, chosen in steps if any(c == commit for _, c, _ in chosen)}
+        )
+        for _, commit, _ in changes
+    )
+
+
 def _timed(
     step: mainplan.Step,
     chosen: list[tuple[str, str, str]],
@@ -361,7 +374,13 @@ def _default_plan(
         if not of_changes:
             console.print("[bold]the releases[/]")
         else:
-            console.print("[bold]the changes[/], after every release's steps")
+            phases["changes_expected"] = expected_changes_s(
+                first + phase_steps(rest, picks, changes, True), changes
+            )
+            console.print(
+                "[bold]the changes[/], after every release's steps "
+                f"(expected ~{phases['changes_expected'] / 60:.0f} min)"
+            )
         for step, chosen in first:
             _announce(step, chosen)
             _timed(step, chosen, of_changes, rcs, costs, lambda shas: _asv_run(
@@ -640,7 +659,7 @@ def bench_command(
     elapsed = time.monotonic() - t0
     console.print(f"\n[bold green]done[/] in {elapsed / 60:.1f} min")
     if costs:
-        for line in cost_lines(costs) + mainplan.phase_lines(phases, len(changes)):
+        for line in cost_lines(costs) + mainplan.phase_lines(phases):
             console.print(f"  {line}")
         kept = mainplan.write_costs(
             results_root / "mainjob-costs.json", costs, total_s=elapsed, phases=phases

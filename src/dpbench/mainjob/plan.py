@@ -84,21 +84,22 @@ PLAN = (
 )
 
 # Seconds per release of each step on a fresh clone of the 2-core development VM (AMD EPYC,
-# 24 GiB): `make bench` at adc1b33 (2026-12-05, exit 0; results/mainjob-costs.json, the
-# releases' rows), with one change added. The twin steps ran beside the server steps, which in
-# virtual time are CPU-bound too: the headline took 1,291 s a release against 748.5 s with the
-# real-time server beside it (27cf1e1), the server 1,141.5 s against ~770 s alone. These are the
-# job's own figures, not each step's cost alone.
-REFERENCE_AT = "fresh-clone make bench at adc1b33, 2026-12-05, 2-core VM"
+# 24 GiB): `make bench` at 3c90df6 (2026-12-07, exit 0; results/mainjob-costs.json, the
+# releases' phase, which runs as in a job without changes), on the faster of the VMs seen
+# (compileall 131 s of CPU against 220-258 s on earlier ones; docs/performance.md). The twin
+# steps ran beside the server steps, which in virtual time are CPU-bound too, so these are
+# the job's own figures, not each step's cost alone. At adc1b33 on a slower VM the same
+# steps took 1.4-6x as long (headline 1,291 s, server 1,141.5 s a release).
+REFERENCE_AT = "fresh-clone make bench at 3c90df6, 2026-12-07, 2-core VM"
 REFERENCE: dict[str, float] = {
-    "placement": 43.5,
-    "headline": 1291.2,
-    "twin": 89.5,
-    "twin-trace": 34.6,
-    "server-trace": 368.0,
-    "server": 1141.5,
-    "pass-timing": 37.4,
-    "twin-speed": 77.2,
+    "placement": 27.8,
+    "headline": 720.4,
+    "twin": 138.8,
+    "twin-trace": 31.9,
+    "server-trace": 285.0,
+    "server": 581.3,
+    "pass-timing": 24.3,
+    "twin-speed": 50.5,
 }
 
 
@@ -149,39 +150,45 @@ def plan_lines(selected: int) -> list[str]:
     return lines
 
 
-def change_share_s() -> float:
-    """What one change adds to the job: its base's share of each step (its environment, built
-    like its base's in the placement step, plus its own benchmarks), side and main overlapping
-    as for the releases, from ``REFERENCE``'s per-release figures. The changes run after
-    every release's steps, in a phase of their own, so this is that phase's expected length."""
+def change_share_s(keys: set[str] | None = None) -> float:
+    """What one change adds to the job: its base's share of each step it runs (``keys``; all
+    of them when None), its environment (built like its base's in the placement step) and its
+    own benchmarks, side and main overlapping as for the releases, from ``REFERENCE``'s
+    per-release figures. The changes run after every release's steps, in a phase of their
+    own, so this is that phase's expected length."""
     chains = {"first": 0.0, "side": 0.0, "main": 0.0, "alone": 0.0}
     for i, step in enumerate(PLAN):
-        chains[_chain(i, step)] += REFERENCE.get(step.key) or 0.0
+        if keys is None or step.key in keys:
+            chains[_chain(i, step)] += REFERENCE.get(step.key) or 0.0
     return _expected_s(chains)
 
 
 def change_lines(changes: list[tuple[str, str]]) -> list[str]:
     """A line per change ``(name, base)``: it runs the steps its base is picked for, after
-    every release's steps, and adds its base's environment and benchmarks once."""
+    every release's steps, and adds its base's environment and benchmarks once (at most
+    every step's share; which steps its base gets is known once placement has run)."""
     env = REFERENCE.get(PLAN[0].key) or 0.0
     return [
         f"change {name} on {base}: every step {base} is picked for, after the releases; "
-        f"about {change_share_s() / 60:.0f} min more (its environment ~{env / 60:.1f} min, "
+        f"at most ~{change_share_s() / 60:.0f} min more (its environment ~{env / 60:.1f} min, "
         f"its benchmarks ~{(change_share_s() - env) / 60:.0f} min)"
         for name, base in changes
     ]
 
 
-def phase_lines(phases: dict[str, float], changes: int) -> list[str]:
-    """What the releases' phase took, and what the changes' phase added to the job."""
+def phase_lines(phases: dict[str, float]) -> list[str]:
+    """What the releases' phase took, and what the changes' phase added to the job, against
+    its expected length (``changes_expected``: their bases' share of the steps they ran)."""
     lines = []
+    expected_changes_s = phases.get("changes_expected")
     if "releases" in phases:
         lines.append(f"the releases: {phases['releases'] / 60:.1f} min")
     if "changes" in phases:
         lines.append(
-            f"the {changes} change(s): {phases['changes'] / 60:.1f} min more "
-            f"(the plan expected ~{changes * change_share_s() / 60:.0f})"
-        )
+            f"the changes: {phases['changes'] / 60:.1f} min more"
+            + ("" if expected_changes_s is None else
+               f" (their bases' share of the steps they ran: ~{expected_changes_s / 60:.1f})")
+        )  # fmt: skip
     return lines
 
 
