@@ -179,13 +179,11 @@ def test_the_changes_run_after_every_release_step_and_their_phase_is_timed(tmp_p
     monkeypatch.setattr(job, "_picks", lambda selected, results_root: picks)
     monkeypatch.setattr(Machine, "get_unique_machine_name", staticmethod(lambda: "m"))
     config = tmp_path / "asv.releases.json"
-    costs: list[mainplan.StepCost] = []
     phases: dict[str, float] = {}
-    job._default_plan(
-        ["asv"], ["--config", str(config)], {"results_dir": "results"}, config, rel, changes,
-        root=tmp_path, results_root=tmp_path / "results", rerun=False, failed=[], rcs=[],
-        costs=costs, phases=phases,
-    )  # fmt: skip
+    run = job.JobRun(["asv"], ["--config", str(config)], {"results_dir": "results"}, config,
+                     tmp_path, tmp_path / "results", rerun=False)  # fmt: skip
+    job._default_plan(run, rel, changes, phases)
+    costs = run.costs
     first_change = next(i for i, (_, shas, _) in enumerate(ran) if "c" in shas)
     assert all("c" not in shas for _, shas, _ in ran[:first_change])
     assert all(shas == ("c",) for _, shas, _ in ran[first_change:])  # the change runs alone

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -337,20 +338,36 @@ def cost_lines(costs: list[mainplan.StepCost]) -> list[str]:
     return lines
 
 
+@dataclass
+class JobRun:
+    """What every asv run of one `dpbench bench` shares, and what it collects: the benchmarks
+    its result files record as failed, asv's exit statuses and each step's cost."""
+
+    asv: list[str]
+    conf: list[str]
+    conf_data: dict[str, Any]
+    config: Path
+    root: Path
+    results_root: Path
+    rerun: bool
+    failed: list[str] = field(default_factory=list)
+    rcs: list[int] = field(default_factory=list)
+    costs: list[mainplan.StepCost] = field(default_factory=list)
+
+    def run(
+        self, step: mainplan.Step, chosen: list[tuple[str, str, str]], of_changes: bool, **kw: Any
+    ) -> None:
+        """One timed asv run of ``step`` over ``chosen`` (``kw``: :func:`_asv_run`'s)."""
+        kw = {"conf": self.conf, "results_root": self.results_root, "failed": self.failed, **kw}
+        conf = kw.pop("conf")
+        _timed(step, chosen, of_changes, self.rcs, self.costs, lambda shas: _asv_run(
+            self.asv, conf, step.regex, shas, root=self.root, rerun=self.rerun, **kw))  # fmt: skip
+
+
 def _default_plan(
-    asv: list[str],
-    conf: list[str],
-    conf_data: dict[str, Any],
-    config: Path,
+    job: JobRun,
     selected: list[tuple[str, str]],
     changes: list[tuple[str, str, str]],
-    *,
-    root: Path,
-    results_root: Path,
-    rerun: bool,
-    failed: list[str],
-    rcs: list[int],
-    costs: list[mainplan.StepCost],
     phases: dict[str, float],
 ) -> None:
     """The releases' whole plan, then the changes' (each timed into ``phases``): placement,
@@ -383,32 +400,14 @@ def _default_plan(
             )
         for step, chosen in first:
             _announce(step, chosen)
-            _timed(step, chosen, of_changes, rcs, costs, lambda shas: _asv_run(
-                asv, conf, placement.regex, shas, root=root, results_root=results_root,
-                rerun=rerun, failed=failed))  # fmt: skip
-        picks = picks or _picks(selected, results_root)  # from the releases' placement results
-        _phase(
-            asv, conf, conf_data, config, phase_steps(rest, picks, changes, of_changes),
-            of_changes, root=root, results_root=results_root, rerun=rerun, failed=failed,
-            rcs=rcs, costs=costs,
-        )  # fmt: skip
+            job.run(step, chosen, of_changes)
+        picks = picks or _picks(selected, job.results_root)  # from the releases' placement
+        _phase(job, phase_steps(rest, picks, changes, of_changes), of_changes)
         phases["changes" if of_changes else "releases"] = time.monotonic() - t
 
 
 def _phase(
-    asv: list[str],
-    conf: list[str],
-    conf_data: dict[str, Any],
-    config: Path,
-    steps: list[tuple[mainplan.Step, list[tuple[str, str, str]]]],
-    of_changes: bool,
-    *,
-    root: Path,
-    results_root: Path,
-    rerun: bool,
-    failed: list[str],
-    rcs: list[int],
-    costs: list[mainplan.StepCost],
+    job: JobRun, steps: list[tuple[mainplan.Step, list[tuple[str, str, str]]]], of_changes: bool
 ) -> None:
     """One phase's steps after placement: the side steps in a thread, the twin steps niced
     beside them, then the timings on an otherwise idle machine; the side results merged."""
@@ -417,21 +416,18 @@ def _phase(
     from dpbench.mainjob import side as mainside
 
     machine = Machine.get_unique_machine_name()
-    side_root = root / mainside.SIDE_RESULTS_DIR
-    side_on = ["--config", str(mainside.side_config(conf_data, config))]
+    side_root = job.root / mainside.SIDE_RESULTS_DIR
+    side_on = ["--config", str(mainside.side_config(job.conf_data, job.config))]
     side_failed: list[str] = []
 
     def run(step: mainplan.Step, chosen: list[tuple[str, str, str]], **kw: Any) -> None:
-        on, into, fails = (side_on, side_root, side_failed) if step.side else (
-            conf, results_root, failed)  # fmt: skip
         if step.side:
-            mainside.seed_side(results_root, side_root, machine, [c for _, c, _ in chosen])
-        _timed(step, chosen, of_changes, rcs, costs, lambda shas: _asv_run(
-            asv, on, step.regex, shas, root=root, results_root=into, rerun=rerun, failed=fails,
-            **kw))  # fmt: skip
+            mainside.seed_side(job.results_root, side_root, machine, [c for _, c, _ in chosen])
+            kw.update(conf=side_on, results_root=side_root, failed=side_failed)
+        job.run(step, chosen, of_changes, **kw)
 
     side_steps = [(s, c) for s, c in steps if s.side]
-    with _beside(side_steps, run, results_root) as worker:
+    with _beside(side_steps, run, job.results_root) as worker:
         for step, chosen in steps:
             if not step.side and not step.alone:
                 _announce(step, chosen)
@@ -444,9 +440,10 @@ def _phase(
             if step.alone:  # timings, on a machine nothing else runs on
                 _announce(step, chosen)
                 run(step, chosen)
-    merged = mainside.merge_side(side_root, results_root, machine, [s.regex for s, _ in side_steps])
+    regexes = [s.regex for s, _ in side_steps]
+    merged = mainside.merge_side(side_root, job.results_root, machine, regexes)
     console.print(f"simulated-server results merged into {len(merged)} result file(s)")
-    failed += side_failed
+    job.failed += side_failed
 
 
 @contextlib.contextmanager
@@ -632,19 +629,10 @@ def bench_command(
             costs.append(mainplan.StepCost(bench, len(shas), phases[part], part == "changes"))
     else:
         _default_plan(
-            asv,
-            conf,
-            conf_data,
-            config,
+            JobRun(asv, conf, conf_data, config, root, results_root, rerun, failed, rcs, costs),
             selected,
             changes,
-            root=root,
-            results_root=results_root,
-            rerun=rerun,
-            failed=failed,
-            rcs=rcs,
-            costs=costs,
-            phases=phases,
+            phases,
         )
     # A failed benchmark must not cost the user the others' results: publish anyway, fail at the end.
     _run([*asv, "publish", *conf], cwd=root, drop=RUN_FILE_NOISE)
