@@ -26,6 +26,18 @@ from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 
+def _started(tmp, parent: subprocess.Popen, sig: signal.Signals) -> bool:
+    """SGLang's leader, DP controller and schedulers are up; a parent that ended before
+    them fails the test at once, with what it printed (not after the whole wait)."""
+    if parent.poll() is not None:
+        out = parent.stdout.read().decode(errors="replace") if parent.stdout else ""
+        raise AssertionError(
+            f"the {sig.name} run's parent exited ({parent.returncode}) before SGLang started:\n"
+            + out[-3000:]
+        )
+    return len(server_processes(str(tmp))) >= 4
+
+
 def test_no_sglang_process_survives_sigterm_ctrl_c_or_sigkill_of_the_parent(tmp_path):
     # Three parents at once (the start-ups overlap); each is signalled as soon as SGLang has
     # started its scheduler processes (leader + DP controller/schedulers share the marker).
@@ -38,7 +50,7 @@ def test_no_sglang_process_survives_sigterm_ctrl_c_or_sigkill_of_the_parent(tmp_
         sessions: dict[signal.Signals, set[int]] = {}
         for sig, (tmp, parent) in runs.items():
             wait_until(
-                lambda t=tmp: len(server_processes(str(t))) >= 4,
+                lambda t=tmp, p=parent, s=sig: _started(t, p, s),
                 300,
                 f"SGLang's processes ({sig.name})",
             )
