@@ -355,13 +355,22 @@ class JobRun:
     costs: list[mainplan.StepCost] = field(default_factory=list)
 
     def run(
-        self, step: mainplan.Step, chosen: list[tuple[str, str, str]], of_changes: bool, **kw: Any
+        self,
+        step: mainplan.Step,
+        chosen: list[tuple[str, str, str]],
+        of_changes: bool,
+        *,
+        conf: list[str] | None = None,
+        results_root: Path | None = None,
+        failed: list[str] | None = None,
+        **kw: Any,
     ) -> None:
-        """One timed asv run of ``step`` over ``chosen`` (``kw``: :func:`_asv_run`'s)."""
-        kw = {"conf": self.conf, "results_root": self.results_root, "failed": self.failed, **kw}
-        conf = kw.pop("conf")
+        """One timed asv run of ``step`` over ``chosen``: the job's config, results and failed
+        list unless given (the side run's); ``kw``: :func:`_asv_run`'s others."""
         _timed(step, chosen, of_changes, self.rcs, self.costs, lambda shas: _asv_run(
-            self.asv, conf, step.regex, shas, root=self.root, rerun=self.rerun, **kw))  # fmt: skip
+            self.asv, conf or self.conf, step.regex, shas, root=self.root, rerun=self.rerun,
+            results_root=results_root or self.results_root,
+            failed=self.failed if failed is None else failed, **kw))  # fmt: skip
 
 
 def _default_plan(
