@@ -31,11 +31,40 @@ def _curve(edge: float):
 def test_bisection_brackets_the_edge_within_its_resolution():
     run, seen = _curve(0.3)
     got = search(run, attainment=0.99, lo=1 / 64, hi=4.0, steps=8)
-    assert got["bound"] == "bracket" and len(seen) == 10  # both ends, then 8 halvings
+    assert got["bound"] == "bracket" and len(seen) == 9  # hi, then 8 halvings; a halving held
+    assert 1 / 64 not in seen  # so lo, the dearest run, never ran
     good, bad = got["bracket"]
     assert good <= 0.3 < bad and bad / good <= 256 ** (1 / 2**8) + 1e-9
     assert got["capacity"] == good
     assert [p["rate_scale"] for p in got["points"]] == seen  # every rate it ran is kept
+
+
+def _lo_first(run, *, attainment, lo, hi, steps):
+    """The bisection as it ran before lo moved last: both ends first, then the halvings."""
+    holds = lambda r: run(r)["slo_attainment"] >= attainment  # noqa: E731
+    if not holds(lo):
+        return None, "below"
+    if holds(hi):
+        return hi, "above"
+    good, bad = lo, hi
+    for _ in range(steps):
+        mid = math.sqrt(good * bad)
+        good, bad = (mid, bad) if holds(mid) else (good, mid)
+    return good, "bracket"
+
+
+@pytest.mark.parametrize("edge", [0.001, 0.01, 0.0101, 0.012, 0.05, 0.1, 0.3, 0.99, 1.0, 50.0])
+def test_lo_last_finds_what_lo_first_found(edge):
+    run, seen = _curve(edge)
+    got = search(run, attainment=0.99, lo=0.01, hi=1.0, steps=4)
+    assert (got["capacity"], got["bound"]) == _lo_first(
+        _curve(edge)[0], attainment=0.99, lo=0.01, hi=1.0, steps=4
+    )
+    lowest_halving = 0.01 * 100 ** (1 / 2**4)  # where the halvings end when none held
+    if edge < lowest_halving:  # lo runs only when no halving held, and then last
+        assert seen[-1] == 0.01 and seen.count(0.01) == 1
+    else:
+        assert 0.01 not in seen
 
 
 def test_edges_outside_the_range_are_named_not_guessed():
@@ -131,7 +160,8 @@ def test_a_faster_rate_queues_more_and_the_search_runs_on_the_real_twin(release_
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads((tmp_path / "cap.json").read_text())["rows"]
     rates = [p["rate_scale"] for p in row["points"]]
-    assert rates[:2] == [0.25, 16.0] and len(rates) <= 4
+    assert rates[:2] == [16.0, 2.0] and len(rates) <= 4  # hi, the first halving; lo only last
+    assert 0.25 not in rates[:-1]
     assert all(0 <= p["slo_attainment"] <= 1 for p in row["points"])
     if row["bound"] == "bracket":
         good, bad = row["bracket"]

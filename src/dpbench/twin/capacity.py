@@ -6,10 +6,11 @@ each (DP size, chunk size, seed) searches the offered rate as a multiple of the 
 least ``attainment`` of them met both SLOs (``TwinConfig.slo``: TTFT and TPOT; see
 :mod:`dpbench.metrics.latency`). The search is a bisection in log-rate between ``lo`` and ``hi``:
 
-- ``lo`` fails: the capacity is below ``lo`` (``capacity`` None, ``bound`` "below");
 - ``hi`` holds: it is at least ``hi`` (``capacity`` = hi, ``bound`` "above");
-- else ``steps`` halvings of the bracket [holds, fails]; ``capacity`` is the highest rate
-  that held, within a factor ``(hi/lo) ** (1 / 2**steps)`` of the true edge.
+- else ``steps`` halvings of the bracket [lo, hi]; ``capacity`` is the highest rate that
+  held, within a factor ``(hi/lo) ** (1 / 2**steps)`` of the true edge;
+- no halving held and ``lo`` fails too: the capacity is below ``lo`` (``capacity`` None,
+  ``bound`` "below"). ``lo`` runs only then, and last: it is the dearest rate to run.
 
 Attainment falls as load rises (more queueing), which the bisection assumes; every rate it
 ran is kept (``points``: rate, attainment, TTFT p99, TPOT p99, goodput), so a curve that is
@@ -41,7 +42,12 @@ def _holds(metrics: dict[str, float], attainment: float) -> bool:
 
 
 def search(run: Any, *, attainment: float, lo: float, hi: float, steps: int) -> dict[str, Any]:
-    """Bisection with ``run(rate) -> metrics`` (values); see the module docstring."""
+    """Bisection with ``run(rate) -> metrics`` (values); see the module docstring.
+
+    ``lo`` runs last, and only when no rate above it held: the lowest rate is by far the
+    dearest run (16x the spec's duration at lo = 1/16), and a rate that held above it already
+    says, as the bisection assumes, that ``lo`` holds. The answer is the one that running
+    ``lo`` first gives."""
     if not 0 < lo < hi:
         raise ValueError(f"need 0 < lo < hi, got lo={lo}, hi={hi}")
     points: list[dict[str, float]] = []
@@ -51,17 +57,17 @@ def search(run: Any, *, attainment: float, lo: float, hi: float, steps: int) -> 
         points.append({"rate_scale": rate, **{k: m.get(k, math.nan) for k in POINT_METRICS}})
         return _holds(m, attainment)
 
-    if not probe(lo):
-        return {"capacity": None, "bound": "below", "bracket": [None, lo], "points": points}
     if probe(hi):
         return {"capacity": hi, "bound": "above", "bracket": [hi, None], "points": points}
-    good, bad = lo, hi
+    good, bad, held = lo, hi, False
     for _ in range(steps):
         mid = math.sqrt(good * bad)
         if probe(mid):
-            good = mid
+            good, held = mid, True
         else:
             bad = mid
+    if not held and not probe(lo):
+        return {"capacity": None, "bound": "below", "bracket": [None, lo], "points": points}
     return {"capacity": good, "bound": "bracket", "bracket": [good, bad], "points": points}
 
 
