@@ -162,6 +162,8 @@ PREREQUISITES = {
     "clock": {"simulate_forward": (True, ["--simulate-forward"])},
     "pass_charge_ms": {"simulate_forward": (True, ["--simulate-forward"]),
                        "clock": ("virtual", ["--clock", "virtual"])},
+    "pass_charge": {"simulate_forward": (True, ["--simulate-forward"]),
+                    "clock": ("virtual", ["--clock", "virtual"])},
 }  # fmt: skip
 
 

@@ -52,6 +52,33 @@ def test_a_device_sync_the_clock_cannot_run_is_refused():
     assert Inputs(spec="long-prompt-burst-small", dp=2, device_sync="group").device_sync == "group"
 
 
+def test_a_pass_charge_the_clock_cannot_run_is_refused():
+    """Measured or fixed charges are the virtual clock's; measured excludes a fixed time. The
+    same refusals hold for a run's options and for the simulated forward's own config."""
+    from dpbench.server.options import RunOptions, RunOptionsError
+    from dpbench.sglang_compat.simforward.config import SimForwardConfig
+
+    lpb = "long-prompt-burst-small"
+    with pytest.raises(ValueError, match="--pass-charge-ms and --pass-charge need --clock virtual"):
+        Inputs(spec=lpb, dp=2, pass_charge="measured")
+    with pytest.raises(ValueError, match="measured excludes --pass-charge-ms"):
+        Inputs(spec=lpb, dp=2, clock="virtual", pass_charge="measured", pass_charge_ms=1.0)
+    with pytest.raises(ValueError, match="pass_charge must be one of"):
+        Inputs(spec=lpb, dp=2, clock="virtual", pass_charge="guessed")
+    sim = {"spec": lpb, "simulate_forward": True}
+    with pytest.raises(RunOptionsError, match="--pass-charge need --clock virtual"):
+        RunOptions(**sim, pass_charge="measured")
+    with pytest.raises(RunOptionsError, match="measured excludes --pass-charge-ms"):
+        RunOptions(**sim, clock="virtual", pass_charge="measured", pass_charge_ms=2.0)
+    conf = {"record_dir": "r", "cost_factory": "m:f", "device_sync": "group"}
+    with pytest.raises(ValueError, match="needs the virtual clock and no fixed pass_charge_s"):
+        SimForwardConfig(**conf, pass_charge="measured")
+    with pytest.raises(ValueError, match="needs the virtual clock and no fixed pass_charge_s"):
+        SimForwardConfig(**conf, clock="virtual", pass_charge="measured", pass_charge_s=0.001)
+    ok = SimForwardConfig(**conf, clock="virtual", pass_charge="measured")
+    assert ok.pass_charge == "measured"
+
+
 def test_the_paired_replay_difference_has_its_interval():
     twin = _result(dp_mixed_step_fraction=0.02)
     servers = [_result(dp_mixed_step_fraction=0.01), _result(dp_mixed_step_fraction=0.03)]
@@ -107,8 +134,10 @@ def test_every_input_but_the_repeat_count_names_the_run_files():
         "spec": "agentic-multiturn", "dp": 8, "release": "0.5.17", "chunked_prefill_size": 4096,
         "delayer": False, "serial_forward": True, "repeats": 3, "dispatch": "cache_aware",
         "flush_replays": True, "clock": "virtual", "pass_charge_ms": 1.0, "device_sync": "group",
+        "pass_charge": "measured",
     }  # fmt: skip
-    needs = {"pass_charge_ms": {"clock": "virtual"}}  # set on both sides, so only `name` differs
+    # set on both sides, so only `name` differs
+    needs = {"pass_charge_ms": {"clock": "virtual"}, "pass_charge": {"clock": "virtual"}}
     assert set(changed) == {f.name for f in dataclasses.fields(Inputs)}  # a new field: add it
     for name, value in changed.items():
         before = replace(base, **needs.get(name, {}))

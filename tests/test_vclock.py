@@ -11,7 +11,13 @@ import multiprocessing as mp
 
 import pytest
 
-from dpbench.sglang_compat.simforward.vclock import ACTIVE, IDLE, WAIT, VirtualClock
+from dpbench.sglang_compat.simforward.vclock import (
+    ACTIVE,
+    IDLE,
+    WAIT,
+    ClockStalled,
+    VirtualClock,
+)
 
 
 @pytest.fixture
@@ -169,3 +175,42 @@ def test_two_rank_processes_and_a_client_share_one_clock(tmp_path):
         deadline += 1
     assert main.now() == t0 + 5.0
     main.close()
+
+
+def _charger(path, rank, costs, out):
+    """A rank that publishes a measured cost for each of its charges and reports what it got."""
+    c = VirtualClock(path, 2)
+    got = []
+    for cost in costs:
+        got.append(c.charge_all(rank, cost, timeout_s=30))
+        c.wait_until(rank, c.now() + got[-1])
+    out.put((rank, got, c.now()))
+
+
+def test_a_measured_charge_is_the_largest_over_the_ranks_for_each_pass(tmp_path):
+    """Two rank processes publish different costs for the same charges: both get the larger
+    one each time, and their clock waits then move virtual time by exactly that."""
+    path = tmp_path / "clock.f64"
+    main = VirtualClock(path, 2, create=True)
+    t0 = main.now()
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    costs = {0: [0.002, 0.010, 0.003], 1: [0.005, 0.001, 0.003]}
+    procs = [ctx.Process(target=_charger, args=(path, r, costs[r], out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = {r: (charges, end) for r, charges, end in (out.get(timeout=60) for _ in procs)}
+    for p in procs:
+        p.join(timeout=30)
+    for r in range(2):
+        assert got[r][0] == [0.005, 0.010, 0.003]
+        assert got[r][1] == pytest.approx(t0 + 0.018, abs=1e-9)
+    assert [r["charges"] for r in main.snapshot()["ranks"]] == [3, 3]
+    main.close()
+
+
+def test_a_rank_that_never_charges_stalls_the_charge_by_name(clock):
+    with pytest.raises(ClockStalled, match="charge 1: not every rank charged within"):
+        clock.charge_all(0, 0.001, timeout_s=0.05)
+    with pytest.raises(ValueError, match="finite number"):
+        clock.charge_all(1, math.nan)

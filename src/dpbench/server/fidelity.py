@@ -45,6 +45,7 @@ from dpbench.envs import zygote
 from dpbench.server.health import Health, check
 from dpbench.server.options import DEVICE_SYNCS, DeviceSync, ServerClock
 from dpbench.server.run import RunOptions, ServerDispatch
+from dpbench.sglang_compat.simforward.config import PASS_CHARGES, PassCharge
 from dpbench.twin.stats import paired
 
 # (row label, server metric, twin metric, unit, the instrument scope its server value needs
@@ -211,6 +212,13 @@ class Inputs:
             "stem": lambda v: f"charge{v:g}ms" if v else None,
         },
     )
+    pass_charge: PassCharge = field(
+        default="fixed",
+        metadata={
+            **metadata_of(RunOptions, "pass_charge"),
+            "stem": lambda v: None if v == "fixed" else f"charge-{v}",
+        },
+    )
     device_sync: DeviceSync | None = field(
         default=None,
         metadata={
@@ -222,8 +230,12 @@ class Inputs:
     def __post_init__(self) -> None:
         if self.clock == "virtual" and self.serial_forward:
             raise ValueError("--clock virtual excludes --serial-forward")
-        if self.pass_charge_ms and self.clock != "virtual":
-            raise ValueError("--pass-charge-ms needs --clock virtual")
+        if (self.pass_charge_ms or self.pass_charge != "fixed") and self.clock != "virtual":
+            raise ValueError("--pass-charge-ms and --pass-charge need --clock virtual")
+        if self.pass_charge not in PASS_CHARGES:
+            raise ValueError(f"pass_charge must be one of {PASS_CHARGES}, got {self.pass_charge!r}")
+        if self.pass_charge == "measured" and self.pass_charge_ms:
+            raise ValueError("--pass-charge measured excludes --pass-charge-ms")
         if self.device_sync is not None and self.device_sync not in DEVICE_SYNCS:
             raise ValueError(f"device_sync must be one of {DEVICE_SYNCS}, got {self.device_sync!r}")
         if self.clock == "virtual" and self.device_sync == "own":
@@ -362,6 +374,7 @@ def server_options(inp: Inputs, log_dir: Path) -> Any:
         dispatch=inp.dispatch,
         clock=inp.clock,
         pass_charge_ms=inp.pass_charge_ms,
+        pass_charge=inp.pass_charge,
         device_sync=inp.device_sync,
         log_dir=str(log_dir),
     )

@@ -13,7 +13,12 @@ from typing import Literal, get_args
 
 from dpbench.server.errors import RunOptionsError
 from dpbench.server.stats import Slo
-from dpbench.sglang_compat.simforward.config import START_METHODS, StartMethod
+from dpbench.sglang_compat.simforward.config import (
+    PASS_CHARGES,
+    START_METHODS,
+    PassCharge,
+    StartMethod,
+)
 from dpbench.twin.profiles import COST_PROFILES, DEFAULT_PROFILE, CostProfile
 
 # round_robin: SGLang's DP controller; cache_aware: the load client routes (SGLang's router)
@@ -180,6 +185,15 @@ class RunOptions:
             "back while no rank runs a forward (0: its CPU work takes no virtual time)"
         },
     )
+    pass_charge: PassCharge = field(
+        default="fixed",
+        metadata={
+            "help": "virtual clock: fixed (--pass-charge-ms each time) or measured (each charge "
+            "is the wall time the scheduler worked since it last waited on the clock, the "
+            "largest over the DP ranks: this machine's CPU time, so runs no longer repeat "
+            "exactly and a busy machine moves them)"
+        },
+    )
     start_method: StartMethod = field(
         default="fork",
         metadata={
@@ -256,10 +270,16 @@ class RunOptions:
             raise RunOptionsError(
                 f"device_sync must be one of {DEVICE_SYNCS}, got {self.device_sync!r}"
             )
+        if self.pass_charge not in PASS_CHARGES:
+            raise RunOptionsError(
+                f"pass_charge must be one of {PASS_CHARGES}, got {self.pass_charge!r}"
+            )
         if self.clock == "real":
-            if self.pass_charge_ms:
-                raise RunOptionsError("--pass-charge-ms needs --clock virtual")
+            if self.pass_charge_ms or self.pass_charge != "fixed":
+                raise RunOptionsError("--pass-charge-ms and --pass-charge need --clock virtual")
             return
+        if self.pass_charge == "measured" and self.pass_charge_ms:
+            raise RunOptionsError("--pass-charge measured excludes --pass-charge-ms")
         if not self.simulate_forward or self.serial_forward or self.nnodes != 1:
             raise RunOptionsError(
                 "--clock virtual needs --simulate-forward on one node, without --serial-forward"

@@ -71,6 +71,7 @@ def sim_launch(prep: Prepared, log: Path) -> SimLaunch:
         clock=opts.clock,
         device_sync=opts.sync,
         pass_charge_s=opts.pass_charge_ms / 1e3,
+        pass_charge=opts.pass_charge,
         start_method=opts.start_method,
     )
     path = conf.write(run_dir / "simforward.json")
@@ -101,6 +102,7 @@ def _executor(opts: RunOptions, described: dict[str, Any]) -> dict[str, Any]:
         "clock": opts.clock,
         "device_sync": opts.sync,
         "pass_charge_ms": opts.pass_charge_ms,
+        "pass_charge": opts.pass_charge,
         "start_method": opts.start_method,
         "forward_timing": "slept on the scheduler thread"
         if opts.serial_forward

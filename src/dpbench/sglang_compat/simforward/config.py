@@ -12,6 +12,9 @@ CONFIG_ENV = "DPBENCH_SIMFORWARD"
 # fork: SGLang's processes fork from its launcher; spawn: SGLang's own (CUDA needs it)
 StartMethod = Literal["fork", "spawn"]
 START_METHODS: tuple[str, ...] = get_args(StartMethod)
+# what the virtual clock charges for a scheduler's own work: a fixed time, or what it took
+PassCharge = Literal["fixed", "measured"]
+PASS_CHARGES: tuple[str, ...] = get_args(PassCharge)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +69,14 @@ class SimForwardConfig:
             "while no rank runs a forward (0: CPU work takes no time)"
         },
     )
+    pass_charge: str = field(
+        default="fixed",
+        metadata={
+            "help": "virtual clock: fixed (pass_charge_s each time) or measured (each charge is "
+            "the wall time the scheduler worked since it last waited on the clock, the largest "
+            "over the DP ranks: real CPU time, so runs no longer repeat exactly)"
+        },
+    )
 
     start_method: StartMethod = field(
         default="fork",
@@ -101,6 +112,12 @@ class SimForwardConfig:
             raise ValueError(f"pass_charge_s must be in [0, 10) seconds, got {self.pass_charge_s}")
         if self.pass_charge_s and self.clock != "virtual":
             raise ValueError("pass_charge_s applies to the virtual clock only")
+        if self.pass_charge not in PASS_CHARGES:
+            raise ValueError(f"pass_charge must be one of {PASS_CHARGES}, got {self.pass_charge!r}")
+        if self.pass_charge == "measured" and (self.clock != "virtual" or self.pass_charge_s):
+            raise ValueError(
+                "pass_charge='measured' needs the virtual clock and no fixed pass_charge_s"
+            )
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)

@@ -609,15 +609,18 @@ def record_pass(original: Any, module: ModuleType) -> Any:
         rec["t"], rec["s"] = now, _now() - now
         rec = recorder.after(self, rec, batch, running)
         busy = rec["kind"] != "none" or rec["waiting_after"] or rec["running_after"]
+        vhooks.mark_pass(bool(busy or rec["chunked_after"]), vhooks.proc().in_flight)
+        # the scheduler's own work, on the virtual clock (``--pass-charge-ms``, ``--pass-charge
+        # measured``): before a forward, and on a pass in which the delayer holds prefill back
+        # and no rank runs one (both rank-identical: DP attention gives every rank a batch when
+        # one has one, and the delayer's reason comes from its all-gather), so a wait of N
+        # passes spans N charges
+        if batch is not None or rec.get("reason") == "delay":
+            charge = vhooks.charge_pass()
+            if charge is not None:
+                rec["charge_s"] = charge
         if rec["kind"] != "none" or rec["waiting"] or rec["running"] or rec["chunked"]:
             _PASSES.write(rec)
-        vhooks.mark_pass(bool(busy or rec["chunked_after"]), vhooks.proc().in_flight)
-        # the scheduler's own work, on the virtual clock (``--pass-charge-ms``): before a
-        # forward, and on a pass in which the delayer holds prefill back and no rank runs one
-        # (both rank-identical: DP attention gives every rank a batch when one has one, and the
-        # delayer's reason comes from its all-gather), so a wait of N passes spans N charges
-        if batch is not None or rec.get("reason") == "delay":
-            vhooks.charge_pass()
         if batch is None and len(self.waiting_queue) > 0:
             started.append(now)
         return plan

@@ -53,9 +53,10 @@ _STATE_NAMES = {ACTIVE: "active", WAIT: "wait", IDLE: "idle"}
 _NOW, _ATTACHED, _NEXT, _SENT, _CONSUMED, _JUMPS = range(6)
 _HEADER = 8
 # per rank: state, target, dispatched (controller), arrived (read off the scheduler's socket),
-# received (taken in by the scheduler's loop), emitted tokens
-_STATE, _TARGET, _DISPATCHED, _ARRIVED, _RECEIVED, _EMITTED = range(6)
-_PER_RANK = 6
+# received (taken in by the scheduler's loop), emitted tokens, measured charges published and
+# the last one's cost (pass_charge "measured")
+_STATE, _TARGET, _DISPATCHED, _ARRIVED, _RECEIVED, _EMITTED, _CHARGES, _COST = range(8)
+_PER_RANK = 8
 
 # How long a waiter polls between looks at the clock (wall seconds), and how long the clock
 # may stand still for a waiter before it reports a stall (a bug: something holds it).
@@ -113,6 +114,8 @@ class VirtualClock:
                     "arrived": int(d[base + _ARRIVED]),
                     "received": int(d[base + _RECEIVED]),
                     "emitted": int(d[base + _EMITTED]),
+                    "charges": int(d[base + _CHARGES]),
+                    "cost": d[base + _COST],
                 }
             )
         return {
@@ -158,6 +161,34 @@ class VirtualClock:
             )
         finally:
             self.set_state(rank, ACTIVE)
+
+    def charge_all(
+        self, rank: int, cost_s: float, on_poll: Any = None, timeout_s: float = 60.0
+    ) -> float:
+        """A measured charge, rank-identical: publish what ``rank``'s own work cost since it
+        last waited, wait (wall clock) until every rank has published this same charge, and
+        return the largest cost. Every rank charges on the same passes (after SGLang's MLP-sync
+        all-gather), and none can publish its next one before all have read this one: each
+        stays ACTIVE until it reads, and the clock cannot pass a charge while a rank is ACTIVE.
+        Raises :class:`ClockStalled` when a rank does not charge within ``timeout_s``."""
+        if not (cost_s >= 0 and math.isfinite(cost_s)):
+            raise ValueError(f"a charge's cost must be a finite number ≥ 0, got {cost_s}")
+        d, mine = self._d, self._slot(rank, _CHARGES)
+        n = d[mine] + 1
+        d[self._slot(rank, _COST)] = cost_s
+        d[mine] = n  # the cost first: a rank that sees the count reads this cost
+        counts = range(_HEADER + _CHARGES, _HEADER + self.n * _PER_RANK, _PER_RANK)
+        deadline = time.monotonic() + timeout_s
+        while min(d[i] for i in counts) < n:
+            if time.monotonic() > deadline:
+                raise ClockStalled(
+                    f"rank {rank}'s charge {int(n)}: not every rank charged within "
+                    f"{timeout_s:.0f} s (the ranks' charges are not in lockstep): {self.snapshot()}"
+                )
+            if on_poll is not None:
+                on_poll()
+            time.sleep(POLL_S)
+        return max(d[_HEADER + r * _PER_RANK + _COST] for r in range(self.n))
 
     def _wait(self, done: Any, who: str, on_poll: Any = None) -> None:
         last, stalled_since = self.now(), time.monotonic()

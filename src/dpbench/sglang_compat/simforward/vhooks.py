@@ -80,18 +80,41 @@ def now() -> float:
     return clock.now() if clock is not None else time.monotonic()
 
 
+# wall time at which this scheduler last waited on the virtual clock (or ended a pass with
+# nothing to do): what it worked since then is a measured charge's cost
+_RESTED = [time.perf_counter()]
+
+
+def _rested() -> None:
+    _RESTED[0] = time.perf_counter()
+
+
 def mark_pass(busy: bool, in_flight: int) -> None:
     """After a scheduler pass: IDLE when it ran no batch, has no work and no result pending."""
     clock = proc().clock
     if clock is not None:
-        clock.set_state(proc().rank, ACTIVE if busy or in_flight else IDLE)
+        idle = not (busy or in_flight)
+        clock.set_state(proc().rank, IDLE if idle else ACTIVE)
+        if idle:
+            _rested()
 
 
-def charge_pass() -> None:
-    """Before a forward's launch: wait the configured charge for the scheduler's own work."""
+def charge_pass() -> float | None:
+    """Where a pass is charged (before a forward's launch, and on a pass the delayer holds):
+    wait the charge for the scheduler's own work on the virtual clock. Fixed: the configured
+    time. Measured: the wall time this scheduler worked since it last waited, the largest
+    over the ranks (:meth:`VirtualClock.charge_all`). Returns the charge (None: real clock)."""
     p = proc()
-    if p.clock is not None and p.config.pass_charge_s > 0:
-        p.clock.wait_until(p.rank, p.clock.now() + p.config.pass_charge_s, INBOX.pull)
+    if p.clock is None:
+        return None
+    if p.config.pass_charge == "measured":
+        charge = p.clock.charge_all(p.rank, time.perf_counter() - _RESTED[0], INBOX.pull)
+    else:
+        charge = p.config.pass_charge_s
+    if charge > 0:
+        p.clock.wait_until(p.rank, p.clock.now() + charge, INBOX.pull)
+        _rested()
+    return charge
 
 
 def wait_device(ready: float) -> None:
@@ -99,6 +122,7 @@ def wait_device(ready: float) -> None:
     p = proc()
     assert p.clock is not None
     p.clock.wait_until(p.rank, ready, INBOX.pull)
+    _rested()
 
 
 # -- the DP controller ---------------------------------------------------------------------
