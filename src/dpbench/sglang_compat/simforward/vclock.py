@@ -60,7 +60,11 @@ _PER_RANK = 8
 
 # How long a waiter polls between looks at the clock (wall seconds), and how long the clock
 # may stand still for a waiter before it reports a stall (a bug: something holds it).
-POLL_S = 0.0003
+# 2 ms, not 0.3: the waiters' looks take CPU from the ranks still working. The full
+# long-prompt-burst at DP 8 (0.5.17, 2,246 steps, the same numbers) replayed in 160 s and
+# 295 busy core-seconds at 0.3 ms, 139 s and 243 at 2 ms, 135 s and 231 at 5 ms; DP 4 in
+# 96 s and 158, then 92 s and 141 at 2 ms (2026-12-07, 2-core VM, nothing beside).
+POLL_S = 0.002
 STALL_S = 300.0
 
 
