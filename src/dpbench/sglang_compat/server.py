@@ -43,7 +43,12 @@ class ServerHelpError(RuntimeError):
 # string across many commits, so the version alone is not a cache key).
 # Ports SGLang derives from --port (offsets): the gRPC port defaults to --port + 10000
 # (0.5.14 … 0.5.23, `ServerArgs.grpc_port`; 0.5.14 refuses to start when it exceeds 65535).
-DERIVED_PORT_OFFSETS: tuple[int, ...] = (10000,)
+# With DP attention, SGLang's ZMQ sockets take --port + 233 (``ZMQ_TCP_PORT_DELTA``, its
+# torch.distributed address) and the next ports up: + 234 … + 240, and + 240 + dp_rank on the
+# Rust path (0.5.16 … 0.5.23, ``PortArgs.init_new``). A --port the kernel chose (32768 up) puts
+# them in the ephemeral range, where any outgoing connection may hold one: a fresh-clone test
+# run (2026-12-07) failed with "detokenizer_port at 56278 is not available in 30 seconds".
+DERIVED_PORT_OFFSETS: tuple[int, ...] = (10000, *range(233, 249))
 # Where a server's --port is drawn: below the ports SGLang draws for itself, for a child to
 # bind later. 0.5.23 takes its torch.distributed store's port (``nccl_port``,
 # ``get_free_port_below_ephemeral``) at random from [22000, 29999]; 0.5.14 … 0.5.17 ask the
