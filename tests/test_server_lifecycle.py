@@ -20,9 +20,8 @@ from simserver import (
     wait_until,
 )
 
-from dpbench.core.procs import free_port_with
 from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
-from dpbench.sglang_compat.server import DERIVED_PORT_OFFSETS, SERVER_PORT_RANGE
+from dpbench.sglang_compat.server import free_server_port
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -48,10 +47,7 @@ def test_no_sglang_process_survives_sigterm_ctrl_c_or_sigkill_of_the_parent(tmp_
         tmp.mkdir()
         # the port as `dpbench server run` draws its own: with the kernel's choice, SGLang's
         # derived ZMQ ports (+233 up) fell in the ephemeral range, and one was taken
-        port = free_port_with(
-            DERIVED_PORT_OFFSETS, low=SERVER_PORT_RANGE[0], high=SERVER_PORT_RANGE[1]
-        )
-        runs[sig] = (tmp, cli_run(tmp, port))
+        runs[sig] = (tmp, cli_run(tmp, free_server_port()))
     try:
         sessions: dict[signal.Signals, set[int]] = {}
         for sig, (tmp, parent) in runs.items():

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.core.paths import cache_dir, workloads_dir
-from dpbench.core.procs import free_port_with
 from dpbench.envs.resolve import ensure_env
 from dpbench.server.client import GenerateRequest
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
@@ -24,12 +23,7 @@ from dpbench.server.errors import ServerRunError
 from dpbench.server.loadgen import Schedule
 from dpbench.server.options import RunOptions
 from dpbench.server.simlaunch import SIM_SERVER_MODEL
-from dpbench.sglang_compat.server import (
-    DERIVED_PORT_OFFSETS,
-    SERVER_PORT_RANGE,
-    ServerFlags,
-    server_flags,
-)
+from dpbench.sglang_compat.server import ServerFlags, free_server_port, server_flags
 from dpbench.twin.router import planner_route, prefix_keys
 from dpbench.workload.models import load_model_config
 from dpbench.workload.planner import plan_kv
@@ -185,9 +179,7 @@ def _server_config(
     model_path, load_format, tp_size, extra_args = _model_and_parallelism(opts, spec, dp, notes)
     if opts.port:
         check_port_free(opts.port)
-    port = opts.port or free_port_with(
-        DERIVED_PORT_OFFSETS, low=SERVER_PORT_RANGE[0], high=SERVER_PORT_RANGE[1]
-    )
+    port = opts.port or free_server_port()
     return ServerConfig(
         model_path=model_path,
         load_format=load_format,
