@@ -21,7 +21,7 @@ from simserver import (
 )
 
 from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
-from dpbench.sglang_compat.server import free_server_port
+from dpbench.server.prepare import free_server_port
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

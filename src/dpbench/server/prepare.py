@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.core.paths import cache_dir, workloads_dir
+from dpbench.core.procs import free_port_with
 from dpbench.envs.resolve import ensure_env
 from dpbench.server.client import GenerateRequest
 from dpbench.server.config import DelayerConfig, ServerConfig, build_command
@@ -23,12 +24,23 @@ from dpbench.server.errors import ServerRunError
 from dpbench.server.loadgen import Schedule
 from dpbench.server.options import RunOptions
 from dpbench.server.simlaunch import SIM_SERVER_MODEL
-from dpbench.sglang_compat.server import ServerFlags, free_server_port, server_flags
+from dpbench.sglang_compat.server import (
+    DERIVED_PORT_OFFSETS,
+    SERVER_PORT_RANGE,
+    ServerFlags,
+    server_flags,
+)
 from dpbench.twin.router import planner_route, prefix_keys
 from dpbench.workload.models import load_model_config
 from dpbench.workload.planner import plan_kv
 from dpbench.workload.spec import WorkloadSpec, load_spec, spec_hash
 from dpbench.workload.trace import generate_trace, import_spec_trace
+
+
+def free_server_port() -> int:
+    """A --port for a server of ours, with every port SGLang derives from it free too."""
+    return free_port_with(DERIVED_PORT_OFFSETS, low=SERVER_PORT_RANGE[0], high=SERVER_PORT_RANGE[1])
+
 
 # what a run result keeps of the KV plan (``extra.kv_plan``)
 KV_PLAN_KEPT = (

@@ -27,7 +27,6 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpbench.core.procs import free_port_with
 from dpbench.sglang_compat.detect import UnsupportedSGLang
 
 
@@ -59,11 +58,6 @@ DERIVED_PORT_OFFSETS: tuple[int, ...] = (10000, *range(233, 249))
 # while attempting to bind on address"). With the gRPC offset above, [12000, 22000) stays
 # ≤ 65535.
 SERVER_PORT_RANGE: tuple[int, int] = (12000, 22000)
-
-
-def free_server_port() -> int:
-    """A --port for a server of ours, with every port SGLang derives from it free too."""
-    return free_port_with(DERIVED_PORT_OFFSETS, low=SERVER_PORT_RANGE[0], high=SERVER_PORT_RANGE[1])
 
 
 _INSTALL_KEY_SNIPPET = r"""
