@@ -20,8 +20,8 @@ from simserver import (
     wait_until,
 )
 
-from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
 from dpbench.server.prepare import free_server_port
+from dpbench.server.run import RunIncomplete, ServerRunError, execute, prepare
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
